@@ -1,0 +1,54 @@
+"""Populace's actor runtime: agents hosted by workers, placeholders, batched calls.
+
+``core`` depends on nothing else in Populace; every other layer builds on its public names.
+"""
+
+from ._agent import Agent, Memory, PerWorker, Profile
+from ._backend import Backend, LocalBackend, make_backend
+from ._driver import SharedTimers, Signal
+from ._errors import (
+    CallTimeout,
+    ConfigError,
+    ModelError,
+    PopulaceError,
+    SimulationClosed,
+    WorkerLost,
+)
+from ._handle import AgentGroup, AgentHandle
+from ._msg import Msg
+from ._placeholder import Placeholder, PlaceholderSet, UnobservedFailureWarning, gather, wait
+from ._runtime import Simulation, SimulationStats
+from ._seeding import derive_seed, mix64, unit_float
+from ._worker import WorkerStats
+
+__all__ = [
+    "Agent",
+    "AgentGroup",
+    "AgentHandle",
+    "Backend",
+    "CallTimeout",
+    "ConfigError",
+    "LocalBackend",
+    "Memory",
+    "ModelError",
+    "Msg",
+    "PerWorker",
+    "Placeholder",
+    "PlaceholderSet",
+    "PopulaceError",
+    "Profile",
+    "SharedTimers",
+    "Signal",
+    "Simulation",
+    "SimulationClosed",
+    "SimulationStats",
+    "UnobservedFailureWarning",
+    "WorkerLost",
+    "WorkerStats",
+    "derive_seed",
+    "gather",
+    "make_backend",
+    "mix64",
+    "unit_float",
+    "wait",
+]

@@ -1,0 +1,161 @@
+"""Drives agent coroutines without one asyncio Task per call.
+
+An asyncio Task costs about 10 µs to create, schedule and finish; a million agents would
+spend 10 s on bookkeeping alone. A worker therefore steps each agent coroutine itself: it
+sends into the coroutine, and when the coroutine yields something to wait on, it parks a
+wake-up on it. Populace's own awaitables (placeholders, :class:`Signal`) wake parked calls
+synchronously, so one timer firing resumes a hundred thousand agents in one loop.
+
+Anything asyncio-compatible still works inside an agent (``asyncio.sleep``, futures, awaiting
+a Task). Code that needs ``asyncio.current_task()`` -- ``asyncio.timeout`` or some HTTP
+clients -- must run in a task of its own: ``await asyncio.create_task(coro)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine, Generator
+from typing import Any, Protocol
+
+from ._placeholder import Placeholder, PlaceholderSet
+
+
+class Signal:
+    """A one-shot event that any number of coroutines can await cheaply.
+
+    >>> async def agent_body(signal):
+    ...     await signal           # resumes when signal.fire() is called
+    """
+
+    __slots__ = ("_asyncio_future_blocking", "_callbacks", "_fired", "_loop", "_parked")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._fired = False
+        self._parked: list[Callable[[], Any]] = []
+        self._callbacks: list[tuple[Callable[[Any], Any], Any]] = []
+        self._asyncio_future_blocking = False
+
+    def done(self) -> bool:
+        return self._fired
+
+    def fire(self) -> None:
+        """Wake every waiter. Idempotent."""
+        if self._fired:
+            return
+        self._fired = True
+        parked, self._parked = self._parked, []
+        for fn in parked:
+            fn()
+        for cb, ctx in self._callbacks:
+            self._loop.call_soon(cb, self, context=ctx)
+        self._callbacks = []
+
+    def _park(self, fn: Callable[[], Any]) -> None:
+        if self._fired:
+            fn()
+        else:
+            self._parked.append(fn)
+
+    # asyncio future protocol, so that ordinary Tasks can await a Signal too.
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    def add_done_callback(self, fn: Callable[[Any], Any], *, context: Any = None) -> None:
+        if self._fired:
+            self._loop.call_soon(fn, self, context=context)
+        else:
+            self._callbacks.append((fn, context))
+
+    def cancelled(self) -> bool:
+        return False
+
+    def result(self) -> None:
+        return None
+
+    def __await__(self) -> Generator[Any, None, None]:
+        if not self._fired:
+            self._asyncio_future_blocking = True
+            yield self
+
+
+class SharedTimers:
+    """Sleeps that share one timer per deadline bucket.
+
+    ``await timers.sleep(1.0)`` from 500,000 agents in one tick arms one loop timer, not
+    500,000. Deadlines are rounded up to ``resolution`` seconds.
+    """
+
+    __slots__ = ("_buckets", "_loop", "_resolution")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, resolution: float = 0.001) -> None:
+        self._loop = loop
+        self._resolution = resolution
+        self._buckets: dict[int, Signal] = {}
+
+    def sleep(self, delay: float) -> Signal:
+        key = -int(-(self._loop.time() + delay) // self._resolution)  # ceil
+        sig = self._buckets.get(key)
+        if sig is None:
+            sig = self._buckets[key] = Signal(self._loop)
+            self._loop.call_at(key * self._resolution, self._expire, key)
+        return sig
+
+    def _expire(self, key: int) -> None:
+        self._buckets.pop(key).fire()
+
+
+class Sink(Protocol):
+    """Where a driven call reports its outcome."""
+
+    def _complete(self, slot: int, value: Any) -> None: ...
+    def _failed(self, slot: int, error: BaseException) -> None: ...
+
+
+_FAST = (Placeholder, PlaceholderSet, Signal)
+
+
+class Call:
+    """One agent coroutine being driven to completion."""
+
+    __slots__ = ("coro", "loop", "sink", "slot")
+
+    def __init__(
+        self,
+        coro: Coroutine[Any, Any, Any],
+        sink: Sink,
+        slot: int,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.coro = coro
+        self.sink = sink
+        self.slot = slot
+        self.loop = loop
+
+    def step(self) -> None:
+        try:
+            awaited = self.coro.send(None)
+        except StopIteration as stop:
+            self.sink._complete(self.slot, stop.value)
+            return
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as error:  # includes CancelledError: the call failed
+            self.sink._failed(self.slot, error)
+            return
+        if type(awaited) in _FAST:
+            awaited._park(self.step)
+        elif awaited is None:  # a bare yield, as in asyncio.sleep(0)
+            self.loop.call_soon(self.step)
+        elif getattr(awaited, "_asyncio_future_blocking", None) is not None:
+            awaited._asyncio_future_blocking = False
+            awaited.add_done_callback(self._wake)
+        else:
+            self.coro.close()
+            self.sink._failed(
+                self.slot,
+                RuntimeError(f"agent coroutine awaited an unsupported object: {awaited!r}"),
+            )
+
+    def _wake(self, _future: Any) -> None:
+        self.step()

@@ -1,0 +1,346 @@
+"""The central runtime: creates agents in bulk, routes calls in batches, resolves placeholders."""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from ._agent import Agent
+from ._backend import Backend, Request, make_backend
+from ._errors import CallTimeout, SimulationClosed
+from ._handle import AgentGroup, AgentHandle
+from ._placeholder import FailureLedger, Placeholder, PlaceholderSet, UnobservedFailureWarning
+from ._worker import CallDone, CallRequest, GroupChunk, GroupRequest, Update, WorkerStats
+
+R = TypeVar("R")
+Positions = range | np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationStats:
+    """A snapshot of the whole simulation, for progress displays and the studio."""
+
+    backend: str
+    state: str
+    agents: int
+    workers: tuple[WorkerStats, ...]
+    pending_calls: int
+    pending_groups: int
+    unobserved_failures: int
+
+
+def _columns(profiles: Any, n: int) -> dict[str, Sequence[Any]] | None:
+    """Normalise ``profiles`` (mapping of columns or an Arrow table) to columns of length n."""
+    if profiles is None:
+        return None
+    if hasattr(profiles, "to_pydict") and hasattr(profiles, "num_rows"):
+        cols: Mapping[str, Sequence[Any]] = {
+            name: profiles.column(name).to_pylist() for name in profiles.column_names
+        }
+    elif isinstance(profiles, Mapping):
+        cols = profiles
+    else:
+        raise TypeError(f"profiles must be a mapping of columns or an Arrow table, "
+                        f"got {type(profiles).__name__}")
+    out: dict[str, Sequence[Any]] = {}
+    for key, col in cols.items():
+        if len(col) != n:
+            raise ValueError(f"profile column {key!r} has {len(col)} values, expected {n}")
+        out[str(key)] = col
+    return out
+
+
+def _slice(columns: dict[str, Sequence[Any]] | None, a: int, b: int) -> dict[str, list[Any]] | None:
+    if columns is None:
+        return None
+    return {k: (c[a:b].tolist() if isinstance(c, np.ndarray) else list(c[a:b]))
+            for k, c in columns.items()}
+
+
+class Simulation:
+    """Owns the workers and every agent in them; the central script's entry point.
+
+    >>> async def main():
+    ...     async with Simulation(workers=2, seed=7) as sim:
+    ...         group = await sim.create(MyAgent, 10_000)
+    ...         answers = await group.broadcast(Msg("moderator", "hi"))
+    """
+
+    def __init__(self, *, workers: int = 1, backend: str | Backend = "local", seed: int = 0,
+                 **backend_options: Any) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.seed = seed
+        self._n_workers = workers
+        self._backend = make_backend(backend, **backend_options)
+        self._state = "new"
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ledger = FailureLedger()
+        self._outbox: dict[int, list[Request]] = {}
+        self._flush_scheduled = False
+        self._next_call = 0
+        self._calls: dict[int, Placeholder[Any]] = {}
+        self._batches: dict[int, tuple[PlaceholderSet[Any], list[Positions]]] = {}
+        self._timers: dict[int, asyncio.TimerHandle] = {}
+        # Agent placement: sorted blocks of consecutive ids living in one worker.
+        self._next_id = 0
+        self._block_start: list[int] = []
+        self._block_worker: list[int] = []
+        self._block_local: list[int] = []
+        self._block_cls: list[type] = []
+        self._per_worker = [0] * workers
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    @property
+    def backend(self) -> Backend:
+        return self._backend
+
+    @property
+    def n_agents(self) -> int:
+        return self._next_id
+
+    async def start(self) -> Simulation:
+        if self._state != "new":
+            raise RuntimeError(f"cannot start a simulation that is {self._state}")
+        self._loop = asyncio.get_running_loop()
+        await self._backend.start(self._n_workers, self._deliver)
+        self._state = "running"
+        return self
+
+    async def stop(self) -> None:
+        """Stop every worker. Pending calls fail with ``SimulationClosed``; failures nobody
+        consumed are reported as an :class:`UnobservedFailureWarning`. Idempotent."""
+        if self._state in ("new", "stopped"):
+            self._state = "stopped"
+            return
+        self._state = "stopped"
+        unobserved = self._ledger.unobserved()
+        closed = SimulationClosed("the simulation stopped before this call finished")
+        calls, self._calls = self._calls, {}
+        for p in calls.values():
+            p._ledger = None
+            p.set_exception(closed)
+        batches, self._batches = self._batches, {}
+        for pset, _ in batches.values():
+            pset._ledger = None
+            pset._fail_pending(closed)
+        for t in self._timers.values():
+            t.cancel()
+        self._timers.clear()
+        await self._backend.stop()
+        if unobserved:
+            origin, err = unobserved[0]
+            warnings.warn(
+                UnobservedFailureWarning(
+                    f"{len(unobserved)} agent call(s) failed and nobody consumed the error; "
+                    f"first: {origin}: {type(err).__name__}: {err}"
+                ),
+                stacklevel=2,
+            )
+
+    async def __aenter__(self) -> Simulation:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def run(self, main: Callable[[Simulation], Awaitable[R]]) -> R:
+        """Synchronous convenience: start, ``await main(self)``, stop, in a new event loop."""
+
+        async def runner() -> R:
+            async with self:
+                return await main(self)
+
+        return asyncio.run(runner())
+
+    def statistics(self) -> SimulationStats:
+        return SimulationStats(
+            backend=self._backend.name,
+            state=self._state,
+            agents=self._next_id,
+            workers=tuple(self._backend.statistics()),
+            pending_calls=len(self._calls),
+            pending_groups=len(self._batches),
+            unobserved_failures=len(self._ledger.unobserved()),
+        )
+
+    def _require_running(self) -> asyncio.AbstractEventLoop:
+        if self._state != "running" or self._loop is None:
+            raise RuntimeError(f"the simulation is {self._state}; use `async with Simulation(...)`"
+                               " or await sim.start() first")
+        return self._loop
+
+    # -- agents ------------------------------------------------------------------------------
+    async def create(
+        self,
+        cls: type[Agent],
+        n: int,
+        *,
+        profiles: Any = None,
+        init: Mapping[str, Any] | None = None,
+        name: str | None = None,
+    ) -> AgentGroup:
+        """Create ``n`` agents of ``cls`` spread evenly over the workers.
+
+        ``profiles`` gives per-agent attributes as columns (a mapping of equal-length
+        sequences, or an Arrow table); each agent sees its row as ``agent.profile``.
+        ``init`` holds keyword arguments for ``cls.__init__``; wrap per-worker resources in
+        :class:`PerWorker`.
+        """
+        self._require_running()
+        if not (isinstance(cls, type) and issubclass(cls, Agent)):
+            raise TypeError(f"create() needs an Agent subclass, got {cls!r}")
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        columns = _columns(profiles, n)
+        init = dict(init or {})
+        first_id = self._next_id
+        # The extra agents of an uneven split go to the least-loaded workers.
+        order = sorted(range(self._n_workers), key=lambda w: (self._per_worker[w], w))
+        base, extra = divmod(n, self._n_workers)
+        sizes = {w: base + (1 if rank < extra else 0) for rank, w in enumerate(order)}
+        offset = 0
+        for w in range(self._n_workers):
+            size = sizes[w]
+            if size == 0:
+                continue
+            ids = range(first_id + offset, first_id + offset + size)
+            local = await self._backend.create(w, cls, ids, _slice(columns, offset, offset + size),
+                                               init)
+            self._block_start.append(ids.start)
+            self._block_worker.append(w)
+            self._block_local.append(local)
+            self._block_cls.append(cls)
+            self._per_worker[w] += size
+            offset += size
+        self._next_id += n
+        ids_arr = np.arange(first_id, first_id + n, dtype=np.int64)
+        return AgentGroup(self, cls, ids_arr, name or cls.__name__)
+
+    def handle(self, agent_id: int) -> AgentHandle:
+        """A handle to the agent with global id ``agent_id``."""
+        if not 0 <= agent_id < self._next_id:
+            raise IndexError(f"no agent with id {agent_id} (ids are 0..{self._next_id - 1})")
+        b = int(np.searchsorted(self._block_start, agent_id, side="right")) - 1
+        local = self._block_local[b] + agent_id - self._block_start[b]
+        return AgentHandle(self, agent_id, self._block_worker[b], local, self._block_cls[b])
+
+    def _partition(self, ids: np.ndarray) -> list[tuple[int, list[int] | range, Positions]]:
+        """Split member ids into ``(worker, local indices, member positions)`` parts."""
+        n = len(ids)
+        if n == 0:
+            return []
+        starts = np.asarray(self._block_start, dtype=np.int64)
+        ends = np.append(starts[1:], self._next_id)
+        lo, hi = int(ids[0]), int(ids[-1])
+        if hi - lo + 1 == n and (n == 1 or bool(np.all(np.diff(ids) == 1))):
+            parts: list[tuple[int, list[int] | range, Positions]] = []
+            first = int(np.searchsorted(starts, lo, side="right")) - 1
+            for b in range(first, len(starts)):
+                a, z = max(lo, int(starts[b])), min(hi + 1, int(ends[b]))
+                if a >= z:
+                    break
+                local0 = self._block_local[b] + a - int(starts[b])
+                parts.append((self._block_worker[b], range(local0, local0 + z - a),
+                              range(a - lo, z - lo)))
+            return parts
+        blocks = np.searchsorted(starts, ids, side="right") - 1
+        workers = np.asarray(self._block_worker)[blocks]
+        locals_ = np.asarray(self._block_local)[blocks] + ids - starts[blocks]
+        out: list[tuple[int, list[int] | range, Positions]] = []
+        for w in np.unique(workers):
+            pos = np.flatnonzero(workers == w)
+            out.append((int(w), locals_[pos].tolist(), pos))
+        return out
+
+    # -- calls -------------------------------------------------------------------------------
+    def _enqueue(self, worker: int, req: Request) -> None:
+        box = self._outbox.get(worker)
+        if box is None:
+            self._outbox[worker] = [req]
+        else:
+            box.append(req)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._require_running().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Send every request of this tick, one batch per worker."""
+        self._flush_scheduled = False
+        outbox, self._outbox = self._outbox, {}
+        if self._state != "running":
+            return
+        for worker, requests in outbox.items():
+            self._backend.submit(worker, requests)
+
+    def _submit_call(self, handle: AgentHandle, target: Any, args: tuple[Any, ...],
+                     timeout: float | None) -> Placeholder[Any]:
+        loop = self._require_running()
+        call_id = self._next_call
+        self._next_call += 1
+        name = target if isinstance(target, str) else getattr(target, "__name__", "call")
+        p: Placeholder[Any] = Placeholder(loop, f"agent {handle.id} {name}()", self._ledger)
+        self._calls[call_id] = p
+        self._enqueue(handle.worker, CallRequest(call_id, handle._local, target, args))
+        if timeout is not None:
+            self._timers[call_id] = loop.call_later(timeout, self._expire, call_id, timeout)
+        return p
+
+    def _expire(self, call_id: int, timeout: float) -> None:
+        self._timers.pop(call_id, None)
+        p = self._calls.pop(call_id, None)
+        if p is not None:
+            p.set_exception(CallTimeout(f"{p._origin} did not finish within {timeout} s"))
+
+    def _submit_group(self, group: AgentGroup, target: Any, args: tuple[Any, ...]
+                      ) -> PlaceholderSet[Any]:
+        loop = self._require_running()
+        name = target if isinstance(target, str) else getattr(target, "__name__", "call")
+        pset: PlaceholderSet[Any] = PlaceholderSet(loop, len(group), f"{group.name}.{name}()",
+                                                   self._ledger)
+        parts = group._partition()
+        if not parts:
+            pset._fire()
+            return pset
+        batch_id = self._next_call
+        self._next_call += 1
+        self._batches[batch_id] = (pset, [positions for _, _, positions in parts])
+        for segment, (worker, locals_, _) in enumerate(parts):
+            self._enqueue(worker, GroupRequest(batch_id, segment, locals_, target, args))
+        return pset
+
+    def _deliver(self, worker: int, updates: list[Update]) -> None:
+        """Apply a batch of outcomes from ``worker`` (called by the backend)."""
+        for u in updates:
+            if type(u) is GroupChunk:
+                entry = self._batches.get(u.batch_id)
+                if entry is None:
+                    continue  # stopped meanwhile
+                pset, positions = entry
+                seg = positions[u.segment]
+                if u.slots:
+                    if type(seg) is range:
+                        start = seg.start
+                        pset._fill([start + s for s in u.slots], u.values)
+                    else:
+                        pset._fill(seg[u.slots].tolist(), u.values)
+                if u.failed_slots:
+                    pset._fail([seg[s] for s in u.failed_slots], u.errors)
+                if pset.done():
+                    del self._batches[u.batch_id]
+            elif type(u) is CallDone:
+                p = self._calls.pop(u.call_id, None)
+                if p is None:
+                    continue  # timed out or stopped meanwhile
+                timer = self._timers.pop(u.call_id, None)
+                if timer is not None:
+                    timer.cancel()
+                if u.error is not None:
+                    p.set_exception(u.error)
+                else:
+                    p.set_result(u.value)

@@ -1,0 +1,357 @@
+"""A worker: one event loop hosting many agents, fed and drained in batches.
+
+The worker knows nothing of transports. It receives lists of requests, runs them with the
+coroutine driver, and reports outcomes through ``emit`` once per loop tick, as a few batched
+updates rather than one message per agent. Backends decide how requests and updates cross
+process boundaries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ._agent import Agent, PerWorker, Profile
+from ._driver import Call
+from ._msg import Msg
+from ._placeholder import Placeholder, PlaceholderSet
+
+Target = str | Callable[..., Any]
+
+
+@dataclass(slots=True)
+class CallRequest:
+    """Run ``target`` on one agent; the outcome is reported under ``call_id``."""
+
+    call_id: int
+    local: int
+    target: Target
+    args: tuple[Any, ...]
+
+
+@dataclass(slots=True)
+class GroupRequest:
+    """Run ``target`` on many agents of this worker; outcomes reported per slot."""
+
+    batch_id: int
+    segment: int
+    locals: Sequence[int]
+    target: Target
+    args: tuple[Any, ...]
+
+
+@dataclass(slots=True)
+class CallDone:
+    call_id: int
+    value: Any
+    error: BaseException | None
+
+
+@dataclass(slots=True)
+class GroupChunk:
+    """Outcomes of some slots of one segment, since the previous chunk."""
+
+    batch_id: int
+    segment: int
+    slots: list[int]
+    values: list[Any]
+    failed_slots: list[int]
+    errors: list[BaseException]
+
+
+Update = CallDone | GroupChunk
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStats:
+    """What a worker is doing now; cheap to compute, safe to show."""
+
+    index: int
+    agents: int
+    calls_started: int
+    calls_done: int
+    calls_failed: int
+    waiting_on_dependencies: int
+
+    @property
+    def in_flight(self) -> int:
+        return self.calls_started - self.calls_done - self.calls_failed
+
+
+def _describe(target: Target) -> str:
+    return target if isinstance(target, str) else getattr(target, "__qualname__", repr(target))
+
+
+class _Segment:
+    """Collects the outcomes of one GroupRequest between flushes."""
+
+    __slots__ = ("batch_id", "errors", "failed_slots", "locals", "segment", "slots", "target",
+                 "values", "worker")
+
+    def __init__(self, worker: Worker, req: GroupRequest) -> None:
+        self.worker = worker
+        self.batch_id = req.batch_id
+        self.segment = req.segment
+        self.locals = req.locals
+        self.target = req.target
+        self.slots: list[int] = []
+        self.values: list[Any] = []
+        self.failed_slots: list[int] = []
+        self.errors: list[BaseException] = []
+
+    def _complete(self, slot: int, value: Any) -> None:
+        if not self.slots and not self.failed_slots:
+            self.worker._dirty.append(self)
+            self.worker._schedule_flush()
+        self.slots.append(slot)
+        self.values.append(value)
+        self.worker._n_done += 1
+
+    def _failed(self, slot: int, error: BaseException) -> None:
+        if not self.slots and not self.failed_slots:
+            self.worker._dirty.append(self)
+            self.worker._schedule_flush()
+        agent = self.worker._agents[self.locals[slot]]
+        error.add_note(f"raised by agent {agent.id} in {_describe(self.target)}()")
+        self.failed_slots.append(slot)
+        self.errors.append(error)
+        self.worker._n_failed += 1
+
+    def take(self) -> GroupChunk:
+        chunk = GroupChunk(self.batch_id, self.segment, self.slots, self.values,
+                           self.failed_slots, self.errors)
+        self.slots, self.values, self.failed_slots, self.errors = [], [], [], []
+        return chunk
+
+
+class _Single:
+    """Sink for one CallRequest."""
+
+    __slots__ = ("agent_id", "call_id", "target", "worker")
+
+    def __init__(self, worker: Worker, req: CallRequest, agent_id: int) -> None:
+        self.worker = worker
+        self.call_id = req.call_id
+        self.target = req.target
+        self.agent_id = agent_id
+
+    def _complete(self, slot: int, value: Any) -> None:
+        self.worker._n_done += 1
+        self.worker._push(CallDone(self.call_id, value, None))
+
+    def _failed(self, slot: int, error: BaseException) -> None:
+        self.worker._n_failed += 1
+        error.add_note(f"raised by agent {self.agent_id} in {_describe(self.target)}()")
+        self.worker._push(CallDone(self.call_id, None, error))
+
+
+def _find_deps(value: Any, found: list[Any]) -> None:
+    """Collect pending placeholders inside a message or argument (lists, tuples, dicts)."""
+    if isinstance(value, Placeholder | PlaceholderSet):
+        found.append(value)
+    elif isinstance(value, Msg):
+        _find_deps(value.content, found)
+        if value.metadata:
+            _find_deps(value.metadata, found)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            _find_deps(v, found)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _find_deps(v, found)
+
+
+def _substitute(value: Any) -> Any:
+    """Replace resolved placeholders by their values; raise the first dependency's error."""
+    if isinstance(value, Placeholder | PlaceholderSet):
+        v, err = value._outcome()
+        if err is not None:
+            raise err
+        return v
+    if isinstance(value, Msg):
+        meta = _substitute(value.metadata) if value.metadata else value.metadata
+        return dataclasses.replace(value, content=_substitute(value.content), metadata=meta)
+    if isinstance(value, list):
+        return [_substitute(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_substitute(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _substitute(v) for k, v in value.items()}
+    return value
+
+
+class Worker:
+    """Hosts agents on one event loop and runs batched requests against them."""
+
+    def __init__(
+        self,
+        index: int,
+        loop: asyncio.AbstractEventLoop,
+        emit: Callable[[int, list[Update]], None],
+    ) -> None:
+        self.index = index
+        self._loop = loop
+        self._emit = emit
+        self._agents: list[Agent] = []
+        self._resources: dict[int, tuple[PerWorker, Any]] = {}
+        self._updates: list[Update] = []
+        self._dirty: list[_Segment] = []
+        self._flush_scheduled = False
+        self._n_started = 0
+        self._n_done = 0
+        self._n_failed = 0
+        self._n_waiting = 0
+
+    # -- agents ------------------------------------------------------------------------------
+    def create(
+        self,
+        cls: type[Agent],
+        ids: Sequence[int],
+        columns: dict[str, list[Any]] | None,
+        init: dict[str, Any],
+    ) -> int:
+        """Construct agents ``ids`` of ``cls``; returns the local index of the first one."""
+        kwargs = {k: self._resource(v) if isinstance(v, PerWorker) else v for k, v in init.items()}
+        first = len(self._agents)
+        agents = self._agents
+        if columns:
+            for row, agent_id in enumerate(ids):
+                agents.append(cls(agent_id, Profile(columns, row), **kwargs))
+        else:
+            for agent_id in ids:
+                agents.append(cls(agent_id, None, **kwargs))
+        return first
+
+    def _resource(self, spec: PerWorker) -> Any:
+        hit = self._resources.get(id(spec))
+        if hit is None:
+            hit = self._resources[id(spec)] = (spec, spec.build())
+        return hit[1]
+
+    def agent(self, local: int) -> Agent:
+        return self._agents[local]
+
+    @property
+    def n_agents(self) -> int:
+        return len(self._agents)
+
+    # -- requests ----------------------------------------------------------------------------
+    def submit(self, requests: list[CallRequest | GroupRequest]) -> None:
+        for req in requests:
+            deps: list[Any] = []
+            _find_deps(req.args, deps)
+            pending = [d for d in deps if not d.done()]
+            if pending:
+                self._defer(req, pending)
+            else:
+                self._start(req, deps)
+
+    def _defer(self, req: CallRequest | GroupRequest, pending: list[Any]) -> None:
+        """Start ``req`` once every placeholder it carries is resolved."""
+        n = len(req.locals) if isinstance(req, GroupRequest) else 1
+        self._n_waiting += n
+        left = [len(pending)]
+
+        def one_resolved() -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                self._n_waiting -= n
+                self._start(req, pending)
+
+        for dep in pending:
+            dep._park(one_resolved)
+
+    def _start(self, req: CallRequest | GroupRequest, deps: list[Any]) -> None:
+        args = req.args
+        if deps:
+            try:
+                args = _substitute(args)
+            except BaseException as error:
+                self._fail_request(req, error)
+                return
+        if isinstance(req, GroupRequest):
+            self._run_group(req, args)
+        else:
+            agent = self._agents[req.local]
+            sink = _Single(self, req, agent.id)
+            self._n_started += 1
+            self._run_one(agent, req.target, args, sink, 0)
+
+    def _run_group(self, req: GroupRequest, args: tuple[Any, ...]) -> None:
+        seg = _Segment(self, req)
+        agents = self._agents
+        target = req.target
+        self._n_started += len(req.locals)
+        for slot, local in enumerate(req.locals):
+            self._run_one(agents[local], target, args, seg, slot)
+
+    def _run_one(self, agent: Agent, target: Target, args: tuple[Any, ...], sink: Any,
+                 slot: int) -> None:
+        try:
+            if isinstance(target, str):
+                out = getattr(agent, target)(*args)
+            else:
+                out = target(agent, *args)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as error:
+            sink._failed(slot, error)
+            return
+        if type(out) is types.CoroutineType:
+            Call(out, sink, slot, self._loop).step()
+        elif inspect.isawaitable(out):
+            Call(_await(out), sink, slot, self._loop).step()
+        else:
+            sink._complete(slot, out)
+
+    def _fail_request(self, req: CallRequest | GroupRequest, error: BaseException) -> None:
+        if isinstance(req, GroupRequest):
+            n = len(req.locals)
+            self._n_failed += n
+            self._push(GroupChunk(req.batch_id, req.segment, [], [], list(range(n)), [error] * n))
+        else:
+            self._n_failed += 1
+            self._push(CallDone(req.call_id, None, error))
+
+    # -- outcomes ----------------------------------------------------------------------------
+    def _push(self, update: Update) -> None:
+        self._updates.append(update)
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        updates, self._updates = self._updates, []
+        dirty, self._dirty = self._dirty, []
+        for seg in dirty:
+            updates.append(seg.take())
+        if updates:
+            self._emit(self.index, updates)
+
+    def statistics(self) -> WorkerStats:
+        return WorkerStats(self.index, len(self._agents), self._n_started, self._n_done,
+                           self._n_failed, self._n_waiting)
+
+    async def aclose(self) -> None:
+        """Release per-worker resources (those with an ``aclose`` or ``close`` method)."""
+        resources, self._resources = self._resources, {}
+        for _spec, obj in resources.values():
+            closer = getattr(obj, "aclose", None)
+            if closer is not None:
+                await closer()
+            elif callable(getattr(obj, "close", None)):
+                obj.close()
+        self._agents = []
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
