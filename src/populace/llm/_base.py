@@ -1,0 +1,64 @@
+"""The one interface every model provider implements, and what a call returns."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+ChatMessage = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": "..."}
+
+
+@dataclass(slots=True)
+class Completion:
+    """The text a model produced for one request, with its accounting.
+
+    Not frozen: one is made per LLM call, and frozen dataclasses construct ~2x slower.
+    """
+
+    text: str
+    model: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    endpoint: str | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class ModelStats:
+    """Live counters of one model client (read by progress displays and the studio)."""
+
+    model: str
+    requests: int
+    failures: int
+    in_flight: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@runtime_checkable
+class ModelClient(Protocol):
+    """A language model: one method, ``complete``. Behaviour is added by wrappers."""
+
+    name: str
+
+    async def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        max_tokens: int | None = None,
+        response_format: dict[str, Any] | None = None,
+    ) -> Completion:
+        """Answer ``messages``; raises :class:`~populace.core.ModelError` on failure."""
+        ...
+
+    def statistics(self) -> ModelStats: ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,69 @@
+"""The dummy model: waits, then answers with a seeded random integer.
+
+It is the paper's efficiency benchmark (each agent "thinks" for a fixed latency, then picks a
+number) and the default model, so that every simulation runs with no server at all. The wait
+does not block the loop and costs one shared timer per millisecond bucket, not one per call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from populace.core import SharedTimers, mix64
+
+from ._base import ChatMessage, Completion, ModelStats
+
+
+class DummyModel:
+    """Answers ``str(n)`` with ``n`` uniform in ``[low, high]``, determined by ``seed``.
+
+    Without a seed, answers come from an internal counter (still reproducible per client).
+    """
+
+    def __init__(self, name: str = "dummy", *, latency: float = 1.0, low: int = 0,
+                 high: int = 100) -> None:
+        if latency < 0:
+            raise ValueError(f"latency must be >= 0, got {latency}")
+        if high < low:
+            raise ValueError(f"high ({high}) must be >= low ({low})")
+        self.name = name
+        self.latency = latency
+        self.low = low
+        self.span = high - low + 1
+        self._timers: SharedTimers | None = None
+        self._counter = 0
+        self._requests = 0
+        self._in_flight = 0
+
+    async def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        max_tokens: int | None = None,
+        response_format: dict[str, Any] | None = None,
+    ) -> Completion:
+        self._requests += 1
+        if seed is None:
+            self._counter += 1
+            seed = self._counter
+        if self.latency > 0:
+            if self._timers is None:
+                self._timers = SharedTimers(asyncio.get_running_loop())
+            self._in_flight += 1
+            try:
+                await self._timers.sleep(self.latency)
+            finally:
+                self._in_flight -= 1
+        number = self.low + mix64(seed) % self.span
+        return Completion(str(number), self.name, latency_s=self.latency)
+
+    def statistics(self) -> ModelStats:
+        return ModelStats(self.name, self._requests, 0, self._in_flight, 0, 0)
+
+    async def aclose(self) -> None:
+        self._timers = None
