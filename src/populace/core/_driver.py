@@ -17,7 +17,7 @@ import asyncio
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Protocol
 
-from ._placeholder import Placeholder, PlaceholderSet
+from ._placeholder import Placeholder, PlaceholderSet, _task_wait
 
 
 class Signal:
@@ -27,14 +27,13 @@ class Signal:
     ...     await signal           # resumes when signal.fire() is called
     """
 
-    __slots__ = ("_asyncio_future_blocking", "_callbacks", "_fired", "_loop", "_parked")
+    __slots__ = ("_callbacks", "_fired", "_loop", "_parked")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._fired = False
         self._parked: list[Callable[[], Any]] = []
         self._callbacks: list[tuple[Callable[[Any], Any], Any]] = []
-        self._asyncio_future_blocking = False
 
     def done(self) -> bool:
         return self._fired
@@ -57,7 +56,7 @@ class Signal:
         else:
             self._parked.append(fn)
 
-    # asyncio future protocol, so that ordinary Tasks can await a Signal too.
+    # asyncio-style callbacks; ordinary Tasks await a Signal through _task_wait.
     def get_loop(self) -> asyncio.AbstractEventLoop:
         return self._loop
 
@@ -75,8 +74,10 @@ class Signal:
 
     def __await__(self) -> Generator[Any, None, None]:
         if not self._fired:
-            self._asyncio_future_blocking = True
-            yield self
+            if asyncio.current_task(self._loop) is None:
+                yield self  # stepped by a worker's driver, which parks on us directly
+            else:
+                yield from _task_wait(self)
 
 
 class SharedTimers:

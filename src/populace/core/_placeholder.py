@@ -53,10 +53,22 @@ class FailureLedger:
         return out
 
 
+def _task_wait(waitable: Any) -> Generator[Any, None, None]:
+    """Suspend an asyncio Task until ``waitable`` is done, on a future of the task's own.
+
+    Placeholders and signals are shared by many waiters and cannot be cancelled, so they are
+    not futures themselves: cancelling one task (``asyncio.timeout``, ``wait_for``) cancels
+    only that task's wait.
+    """
+    fut = waitable._loop.create_future()
+    waitable._park(lambda: fut.done() or fut.set_result(None))
+    yield from fut.__await__()
+
+
 class _Awaitable:
     """Shared machinery of the two placeholder kinds: callbacks and asyncio interop."""
 
-    __slots__ = ("_asyncio_future_blocking", "_callbacks", "_ledger", "_loop", "_origin", "_parked")
+    __slots__ = ("_callbacks", "_ledger", "_loop", "_origin", "_parked")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, origin: str, ledger: FailureLedger | None):
         self._loop = loop
@@ -64,13 +76,11 @@ class _Awaitable:
         self._ledger = ledger
         self._parked: list[Callable[[], Any]] | None = None
         self._callbacks: list[tuple[Callable[[Any], Any], Context | None]] | None = None
-        # Read by asyncio.Task: it makes a placeholder awaitable from ordinary tasks.
-        self._asyncio_future_blocking = False
 
     def done(self) -> bool:  # pragma: no cover - overridden
         raise NotImplementedError
 
-    # -- asyncio future protocol (what Task needs to await us) -------------------------------
+    # -- asyncio-style callbacks -------------------------------------------------------------
     def get_loop(self) -> asyncio.AbstractEventLoop:
         return self._loop
 
@@ -184,8 +194,10 @@ class Placeholder(_Awaitable, Generic[T]):
 
     def __await__(self) -> Generator[Any, None, T]:
         if not self.done():
-            self._asyncio_future_blocking = True
-            yield self
+            if asyncio.current_task(self._loop) is None:
+                yield self  # stepped by a worker's driver, which parks on us directly
+            else:
+                yield from _task_wait(self)
         return self.result()
 
     def __reduce__(self) -> Any:
@@ -252,7 +264,7 @@ class PlaceholderSet(_Awaitable, Generic[T]):
         self._observe()
         if self._errors:
             raise self._errors[min(self._errors)]
-        return self._values
+        return list(self._values)  # a copy: done() depends on the length of _values
 
     def results(self, *, return_exceptions: bool = True) -> list[T | BaseException]:
         """All values in member order, with each failed member's error in its place."""
@@ -285,7 +297,7 @@ class PlaceholderSet(_Awaitable, Generic[T]):
         self._observe()
         if self._errors:
             return None, self._errors[min(self._errors)]
-        return self._values, None
+        return list(self._values), None
 
     def __getitem__(self, i: int) -> Placeholder[T]:
         """A placeholder for member ``i`` alone."""
@@ -337,8 +349,10 @@ class PlaceholderSet(_Awaitable, Generic[T]):
 
     def __await__(self) -> Generator[Any, None, list[T]]:
         if not self.done():
-            self._asyncio_future_blocking = True
-            yield self
+            if asyncio.current_task(self._loop) is None:
+                yield self  # stepped by a worker's driver, which parks on us directly
+            else:
+                yield from _task_wait(self)
         return self.result()
 
     def __reduce__(self) -> Any:

@@ -13,6 +13,7 @@ import numpy as np
 from ._agent import Agent
 from ._backend import Backend, Request, make_backend
 from ._errors import CallTimeout, SimulationClosed
+from ._gc import tune_gc
 from ._handle import AgentGroup, AgentHandle
 from ._placeholder import FailureLedger, Placeholder, PlaceholderSet, UnobservedFailureWarning
 from ._worker import CallDone, CallRequest, GroupChunk, GroupRequest, Update, WorkerStats
@@ -94,6 +95,7 @@ class Simulation:
         self._block_local: list[int] = []
         self._block_cls: list[type] = []
         self._per_worker = [0] * workers
+        self._restore_gc: Callable[[], None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     @property
@@ -108,6 +110,7 @@ class Simulation:
         if self._state != "new":
             raise RuntimeError(f"cannot start a simulation that is {self._state}")
         self._loop = asyncio.get_running_loop()
+        self._restore_gc = tune_gc()
         await self._backend.start(self._n_workers, self._deliver)
         self._state = "running"
         return self
@@ -133,6 +136,9 @@ class Simulation:
             t.cancel()
         self._timers.clear()
         await self._backend.stop()
+        if self._restore_gc is not None:
+            self._restore_gc()
+            self._restore_gc = None
         if unobserved:
             origin, err = unobserved[0]
             warnings.warn(
@@ -330,7 +336,7 @@ class Simulation:
                     else:
                         pset._fill(seg[u.slots].tolist(), u.values)
                 if u.failed_slots:
-                    pset._fail([seg[s] for s in u.failed_slots], u.errors)
+                    pset._fail([int(seg[s]) for s in u.failed_slots], u.errors)
                 if pset.done():
                     del self._batches[u.batch_id]
             elif type(u) is CallDone:

@@ -312,9 +312,11 @@ class Worker:
     def _fail_request(self, req: CallRequest | GroupRequest, error: BaseException) -> None:
         if isinstance(req, GroupRequest):
             n = len(req.locals)
+            self._n_started += n  # counted as started so that in_flight stays >= 0
             self._n_failed += n
             self._push(GroupChunk(req.batch_id, req.segment, [], [], list(range(n)), [error] * n))
         else:
+            self._n_started += 1
             self._n_failed += 1
             self._push(CallDone(req.call_id, None, error))
 
@@ -350,7 +352,8 @@ class Worker:
                 await closer()
             elif callable(getattr(obj, "close", None)):
                 obj.close()
-        self._agents = []
+        # Agents stay: calls still in flight may finish later and report (the runtime ignores
+        # them); their sinks look the agents up.
 
 
 async def _await(awaitable: Any) -> Any:

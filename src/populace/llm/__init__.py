@@ -1,16 +1,28 @@
 """Language models: one ``complete`` interface, providers, and the dummy model."""
 
 from ._base import ChatMessage, Completion, ModelClient, ModelStats
-from ._config import DummyConfig, ModelConfig, build_model
+from ._config import DummyConfig, ModelConfig, OpenAIConfig, build_model
 from ._dummy import DummyModel
+from ._openai import OpenAIModel
+from ._pool import EndpointPool, EndpointStats, Lease
+from ._server import ServerOptions, create_app, running_server, serve
 
 __all__ = [
     "ChatMessage",
     "Completion",
     "DummyConfig",
     "DummyModel",
+    "EndpointPool",
+    "EndpointStats",
+    "Lease",
     "ModelClient",
     "ModelConfig",
     "ModelStats",
+    "OpenAIConfig",
+    "OpenAIModel",
+    "ServerOptions",
     "build_model",
+    "create_app",
+    "running_server",
+    "serve",
 ]

@@ -38,6 +38,7 @@ class ModelStats:
     in_flight: int
     prompt_tokens: int
     completion_tokens: int
+    retries: int = 0
 
 
 @runtime_checkable

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from populace.core import ConfigError
 
 from ._base import ModelClient
 from ._dummy import DummyModel
+from ._openai import OpenAIModel
 
 
 class _Strict(BaseModel):
@@ -29,11 +33,76 @@ class DummyConfig(_Strict):
         return self
 
 
-ModelConfig = Annotated[DummyConfig, Field(discriminator="provider")]
+class OpenAIConfig(_Strict):
+    """``provider: openai`` — any OpenAI-compatible server (vLLM, SGLang, Ollama, OpenAI).
+
+    ```yaml
+    models:
+      qwen:
+        provider: openai
+        model: Qwen/Qwen2.5-7B-Instruct
+        base_urls: [http://gpu1:8000/v1, http://gpu2:8000/v1]
+        api_key_env: VLLM_API_KEY     # optional; the key itself never goes in the file
+    ```
+    """
+
+    provider: Literal["openai"]
+    model: str = Field(min_length=1, description="model name as the server knows it")
+    base_urls: list[str] = Field(min_length=1, description="API roots, usually ending in /v1")
+    api_key_env: str | None = Field(None, min_length=1,
+                                    description="environment variable holding the API key")
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    max_tokens: int | None = Field(None, ge=1)
+    timeout: float = Field(60.0, gt=0, description="seconds per attempt")
+    max_retries: int = Field(4, ge=0, description="retries after the first attempt")
+    max_concurrency: int = Field(64, ge=1, description="requests in flight per endpoint")
+    eject_after: int = Field(5, ge=1, description="consecutive failures that eject an endpoint")
+    cooldown: float = Field(10.0, ge=0, description="seconds an ejected endpoint rests")
+
+    @field_validator("base_urls")
+    @classmethod
+    def _urls(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"base URL must start with http:// or https://, got {url!r}")
+        cleaned = [u.rstrip("/") for u in urls]
+        if len(set(cleaned)) != len(cleaned):
+            raise ValueError("base URLs must be distinct")
+        return cleaned
 
 
-def build_model(name: str, config: DummyConfig) -> ModelClient:
-    """A client for ``config``; called once per worker (see ``populace.core.PerWorker``)."""
+ModelConfig = Annotated[DummyConfig | OpenAIConfig, Field(discriminator="provider")]
+
+
+def build_model(name: str, config: DummyConfig | OpenAIConfig) -> ModelClient:
+    """A client for ``config``; called once per worker (see ``populace.core.PerWorker``).
+
+    Raises :class:`~populace.core.ConfigError` when ``api_key_env`` names an unset variable.
+    """
     if isinstance(config, DummyConfig):
         return DummyModel(name, latency=config.latency, low=config.low, high=config.high)
+    if isinstance(config, OpenAIConfig):
+        api_key = None
+        if config.api_key_env is not None:
+            api_key = os.environ.get(config.api_key_env)
+            if not api_key:
+                raise ConfigError(
+                    f"model {name!r}: environment variable {config.api_key_env} "
+                    "(api_key_env) is not set or empty"
+                )
+        return OpenAIModel(
+            name,
+            model=config.model,
+            base_urls=config.base_urls,
+            api_key=api_key,
+            timeout=config.timeout,
+            max_retries=config.max_retries,
+            max_concurrency=config.max_concurrency,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            max_tokens=config.max_tokens,
+            eject_after=config.eject_after,
+            cooldown=config.cooldown,
+        )
     raise TypeError(f"unknown model config {type(config).__name__}")

@@ -1,0 +1,212 @@
+"""The ``populace`` command line.
+
+Every expected failure (bad config, existing output directory, unreachable server) ends as
+one line on stderr and a non-zero exit status; tracebacks are for bugs only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from populace.config import load_config, read_yaml
+from populace.core import ConfigError, PopulaceError
+from populace.results import RunDirectory
+from populace.scenarios.guess_number import RoundOutcome, RunConfig, Timings, play
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Very large-scale LLM multi-agent simulation.",
+)
+out = Console()
+err = Console(stderr=True)
+
+EXIT_CONFIG = 2
+EXIT_INTERRUPTED = 130
+
+SCENARIOS = {"guess_number": RunConfig}
+
+
+class _Fail(Exception):
+    """An expected failure: print ``message`` and exit with ``code``."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _fmt(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+class RichReporter:
+    """Progress bar per round and a one-line result after each."""
+
+    def __init__(self, rounds: int, console: Console) -> None:
+        self.rounds = rounds
+        self.console = console
+        self.progress = Progress(
+            TextColumn("[bold]round {task.fields[round]}/{task.fields[rounds]}"),
+            BarColumn(), MofNCompleteColumn(), TextColumn("agents"), TimeElapsedColumn(),
+            console=console, transient=True,
+        )
+        self.task: Any = None
+
+    def round_started(self, round_no: int, total: int) -> None:
+        self.progress.start()
+        self.task = self.progress.add_task("", total=total, round=round_no, rounds=self.rounds)
+
+    def round_progress(self, round_no: int, done: int, total: int) -> None:
+        self.progress.update(self.task, completed=done)
+
+    def round_finished(self, o: RoundOutcome, wall_s: float) -> None:
+        self.progress.remove_task(self.task)
+        self.progress.stop()
+        self.console.print(
+            f"round {o.round}/{self.rounds}: n={o.n} valid={o.n_valid} mean={_fmt(o.mean)} "
+            f"median={_fmt(o.median)} std={_fmt(o.std)} target={_fmt(o.target)} "
+            f"winner={_fmt(o.winner_number, 'g')} [dim]({wall_s:.2f} s)[/dim]"
+        )
+
+
+def _load(config: Path, overrides: dict[str, Any]) -> RunConfig:
+    data = read_yaml(config)
+    scenario = data.get("scenario", "guess_number")
+    if scenario not in SCENARIOS:
+        raise ConfigError(f"{config}: scenario: unknown scenario {scenario!r} "
+                          f"(expected one of: {', '.join(SCENARIOS)})")
+    return load_config(config, SCENARIOS[scenario], overrides)
+
+
+def _summary_table(summary: dict[str, Any]) -> Table:
+    table = Table(title=f"{summary['name']}: {summary['agents']:,} agents, "
+                        f"model {summary['model']}, {summary['status']}")
+    for col in ("round", "valid", "mean", "median", "std", "target", "winner", "wall s"):
+        table.add_column(col, justify="right")
+    for r in summary["rounds"]:
+        table.add_row(str(r["round"]), f"{r['n_valid']}/{r['n']}", _fmt(r["mean"]),
+                      _fmt(r["median"]), _fmt(r["std"]), _fmt(r["target"]),
+                      _fmt(r["winner_number"], "g"), f"{r['wall_s']:.2f}")
+    return table
+
+
+@app.command()
+def run(
+    config: Annotated[Path, typer.Argument(help="run file (YAML)")],
+    agents: Annotated[int | None, typer.Option(help="override agents:")] = None,
+    rounds: Annotated[int | None, typer.Option(help="override rounds:")] = None,
+    workers: Annotated[int | None, typer.Option(help="override workers:")] = None,
+    seed: Annotated[int | None, typer.Option(help="override seed:")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="run directory to create "
+                                                 "(default runs/NAME-TIMESTAMP)")] = None,
+) -> None:
+    """Run a simulation from a run file and write its run directory."""
+    cfg = _load(config, {"agents": agents, "rounds": rounds, "workers": workers, "seed": seed})
+    target = out_dir or Path("runs") / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        run_dir = RunDirectory.create(target)
+    except FileExistsError as e:
+        raise _Fail(str(e), EXIT_CONFIG) from None
+    out.print(f"[bold]{cfg.name}[/bold]: {cfg.agents:,} agents × {cfg.rounds} rounds on "
+              f"{cfg.workers} {cfg.backend} worker(s), model {cfg.model_name}, seed {cfg.seed}")
+    reporter = RichReporter(cfg.rounds, out)
+    try:
+        summary = asyncio.run(play(cfg, run_dir, reporter))
+    except KeyboardInterrupt:
+        reporter.progress.stop()
+        raise _Fail(f"interrupted; results of finished rounds are in {run_dir.path}",
+                    EXIT_INTERRUPTED) from None
+    out.print(_summary_table(summary))
+    out.print(f"wall time {summary['wall_s']:.2f} s; results in [bold]{run_dir.path}[/bold]")
+
+
+def _peak_rss_mb() -> float:
+    # ru_maxrss is in KiB on Linux. Children cover worker processes of other backends.
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return (own + children) / 1024
+
+
+@app.command()
+def bench(
+    agents: Annotated[int, typer.Option(min=1, help="number of agents")] = 100_000,
+    latency: Annotated[float, typer.Option(min=0, help="dummy model latency, seconds")] = 1.0,
+    rounds: Annotated[int, typer.Option(min=1)] = 1,
+    workers: Annotated[int, typer.Option(min=1)] = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Time the guessing game on the dummy model: creation, rounds, CPU per agent, memory."""
+    cfg = RunConfig.model_validate({
+        "name": "bench", "agents": agents, "rounds": rounds, "workers": workers,
+        "models": {"dummy": {"provider": "dummy", "latency": latency}},
+    })
+    timings = Timings()
+    asyncio.run(play(cfg, None, None, timings))
+    cpu_us = [c / agents * 1e6 for c in timings.round_cpu_s]
+    result = {
+        "agents": agents, "latency_s": latency, "rounds": rounds, "workers": workers,
+        "backend": cfg.backend, "create_s": round(timings.create_s, 4),
+        "round_s": [round(w, 4) for w in timings.round_wall_s],
+        "overhead_s": [round(w - latency, 4) for w in timings.round_wall_s],
+        "cpu_us_per_agent": [round(c, 2) for c in cpu_us],
+        "peak_rss_mb": round(_peak_rss_mb(), 1),
+        "python": sys.version.split()[0],
+    }
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(title=f"bench: {agents:,} agents, latency {latency} s, {workers} worker(s)")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    table.add_row("agent creation", f"{timings.create_s:.3f} s")
+    for i, (w, c) in enumerate(zip(timings.round_wall_s, cpu_us, strict=True), 1):
+        table.add_row(f"round {i} wall", f"{w:.3f} s")
+        table.add_row(f"round {i} CPU per agent", f"{c:.2f} µs")
+    table.add_row("peak RSS", f"{result['peak_rss_mb']:.0f} MB")
+    out.print(table)
+
+
+def main() -> None:
+    """Entry point: runs the app, turning expected failures into one line + exit status."""
+    try:
+        app(standalone_mode=False)
+    except ConfigError as e:
+        err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+        sys.exit(EXIT_CONFIG)
+    except _Fail as e:
+        err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+        sys.exit(e.code)
+    except PopulaceError as e:
+        err.print(f"[red]error:[/red] {type(e).__name__}: {e}", highlight=False, soft_wrap=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        err.print("[red]interrupted[/red]")
+        sys.exit(EXIT_INTERRUPTED)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        err.print("[red]aborted[/red]")
+        sys.exit(1)
+    except Exception as e:  # click usage errors come through here in non-standalone mode
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

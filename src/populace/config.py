@@ -1,0 +1,127 @@
+"""Loading run files: YAML → validated pydantic model, every mistake as one clear line.
+
+>>> cfg = load_config("examples/guess_number.yaml", RunConfig, {"agents": 100})  # doctest: +SKIP
+
+Errors are :class:`~populace.core.ConfigError` whose message names the file, the key path
+and what was expected, e.g. ``run.yaml: game.ratio: expected a fraction like 2/3, got '3/0'
+(division by zero)``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar, get_args
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from populace.core import ConfigError
+from populace.llm import ModelConfig
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """The mapping at the top of a YAML file, or ConfigError."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: no such file") from None
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(p)
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{where}: invalid YAML: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping of keys at the top, got {type(data).__name__}")
+    return data
+
+
+def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | None:
+    """Names of the fields allowed at ``loc`` (for 'unknown key' hints)."""
+    current: Any = model
+    for part in loc:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None
+        field = current.model_fields.get(str(part))
+        if field is None:
+            return None
+        current = field.annotation
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return list(current.model_fields)
+    return None
+
+
+def _providers() -> frozenset[str]:
+    union = get_args(ModelConfig)[0]  # Annotated[Union[...], discriminator]
+    members = get_args(union) or (union,)
+    return frozenset(get_args(m.model_fields["provider"].annotation)[0] for m in members)
+
+
+PROVIDERS = _providers()
+
+
+def _is_tag(loc: tuple[Any, ...], i: int) -> bool:
+    """Tagged unions put the tag in the path (``models.m.dummy.latency``): spot it to hide it."""
+    return i >= 2 and loc[i - 2] == "models" and i + 1 < len(loc) and loc[i] in PROVIDERS
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def format_error(source: str, error: ValidationError, model: type[BaseModel]) -> str:
+    """One line for the first problem of ``error`` (and how many more there are)."""
+    first = error.errors(include_url=False)[0]
+    loc = tuple(first["loc"])
+    path = ".".join(str(p) for i, p in enumerate(loc) if not _is_tag(loc, i))
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        allowed = _fields_at(model, loc[:-1])
+        hint = f" (expected one of: {', '.join(allowed)})" if allowed else ""
+        message = f"unknown key{hint}"
+    elif kind == "missing":
+        message = "required key is missing"
+    else:
+        message = first["msg"].removeprefix("Value error, ")
+        if "input" in first and kind not in ("value_error", "assertion_error"):
+            message += f" (got {_short(first['input'])})"
+    more = error.error_count() - 1
+    suffix = f" [+{more} more problem{'s' if more > 1 else ''}]" if more else ""
+    return f"{source}: {path or '(top level)'}: {message}{suffix}"
+
+
+def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    """``set_dotted(d, "game.ratio", "1/2")`` sets ``d["game"]["ratio"]``."""
+    *parents, last = key.split(".")
+    node = data
+    for part in parents:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = node[part] = {}
+        node = child
+    node[last] = value
+
+
+def validate(data: dict[str, Any], model: type[M], source: str) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(format_error(source, e, model)) from None
+
+
+def load_config(path: str | Path, model: type[M], overrides: dict[str, Any] | None = None) -> M:
+    """Read ``path``, apply dotted ``overrides`` (skipping None values), validate."""
+    data = read_yaml(path)
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            set_dotted(data, key, value)
+    return validate(data, model, str(path))

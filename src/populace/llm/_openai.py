@@ -1,0 +1,322 @@
+"""A model client for any OpenAI-compatible chat-completions server.
+
+vLLM, SGLang, Ollama, llama.cpp, OpenAI itself and ``populace serve-llm`` all speak the same
+``POST {base_url}/chat/completions``. :class:`OpenAIModel` talks to one or several such
+servers through an :class:`~populace.llm.EndpointPool`, retries what is worth retrying, and
+turns whatever still fails into a :class:`~populace.core.ModelError` that names the endpoint
+and the cause.
+
+It uses aiohttp directly rather than the ``openai`` SDK: the SDK validates every response
+into pydantic objects and costs several times more CPU per request (see
+``benchmarks/llm_client.py``), which matters when one worker hosts a hundred thousand agents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import random
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import aiohttp
+
+from populace.core import ModelError
+
+from ._base import ChatMessage, Completion, ModelStats
+from ._pool import EndpointPool, EndpointStats, Lease
+
+# Statuses worth another try: the server is busy, restarting, or briefly unwell.
+_RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+
+class _Failure(Exception):
+    """One attempt failed; the retry loop decides what happens next."""
+
+    def __init__(self, cause: str, *, retryable: bool = True, strike: bool = True,
+                 delay: float | None = None) -> None:
+        super().__init__(cause)
+        self.cause = cause
+        self.retryable = retryable
+        self.strike = strike  # counts against the endpoint's health
+        self.delay = delay  # server-requested wait (Retry-After)
+
+
+def _retry_after(headers: Any) -> float | None:
+    """Seconds from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _error_detail(raw: bytes) -> str:
+    """The ``error.message`` of an OpenAI-style error body, else a short excerpt."""
+    try:
+        data = json.loads(raw)
+        message = data["error"]["message"]
+        if isinstance(message, str):
+            return message
+    except (ValueError, KeyError, TypeError):
+        pass
+    text = raw[:200].decode("utf-8", "replace").strip()
+    return text or "empty body"
+
+
+class OpenAIModel:
+    """A :class:`~populace.llm.ModelClient` over OpenAI-compatible HTTP servers.
+
+    >>> model = OpenAIModel("qwen", model="Qwen/Qwen2.5-7B-Instruct",
+    ...                     base_urls=["http://gpu1:8000/v1", "http://gpu2:8000/v1"])
+    >>> async def ask():
+    ...     c = await model.complete([{"role": "user", "content": "Pick a number"}], seed=1)
+    ...     return c.text
+
+    ``base_urls`` are API roots (ending in ``/v1`` for most servers). ``max_concurrency``
+    bounds requests in flight per endpoint; callers beyond it queue. ``timeout`` bounds one
+    attempt (connect to last byte), not the time spent queued. A failed attempt is retried
+    up to ``max_retries`` times with exponential backoff and jitter (starting at ``backoff``
+    seconds, at most ``max_backoff``); a 429's ``Retry-After`` is honoured up to
+    ``max_retry_after`` seconds. ``temperature``, ``top_p`` and ``max_tokens`` are defaults
+    that per-call arguments override.
+
+    The client binds to the event loop of its first call; build one per worker
+    (``PerWorker(OpenAIModel, ...)``) and ``await model.aclose()`` at the end.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        model: str,
+        base_urls: Sequence[str] | str,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 4,
+        max_concurrency: int = 64,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        max_tokens: int | None = None,
+        eject_after: int = 5,
+        cooldown: float = 10.0,
+        backoff: float = 0.25,
+        max_backoff: float = 8.0,
+        max_retry_after: float = 30.0,
+    ) -> None:
+        if isinstance(base_urls, str):
+            base_urls = [base_urls]
+        urls = [u.rstrip("/") for u in base_urls]
+        for u in urls:
+            if not u.startswith(("http://", "https://")):
+                raise ValueError(f"base URL must start with http:// or https://, got {u!r}")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0, got {timeout}")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        if backoff < 0 or max_backoff < 0 or max_retry_after < 0:
+            raise ValueError("backoff, max_backoff and max_retry_after must be >= 0")
+        self.name = name
+        self.model = model
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.temperature = temperature
+        self.top_p = top_p
+        self.max_tokens = max_tokens
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.max_retry_after = max_retry_after
+        self._pool = EndpointPool(urls, max_concurrency=max_concurrency,
+                                  eject_after=eject_after, cooldown=cooldown)
+        self._chat_urls = [u + "/chat/completions" for u in urls]
+        self._headers = {"Content-Type": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._jitter = random.Random()
+        self._requests = 0
+        self._failures = 0
+        self._in_flight = 0
+        self._retries = 0
+        self._prompt_tokens = 0
+        self._completion_tokens = 0
+
+    def __repr__(self) -> str:
+        return f"OpenAIModel({self.name!r}, model={self.model!r}, base_urls={self._pool.urls!r})"
+
+    # -- the interface -----------------------------------------------------------------------
+    async def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        max_tokens: int | None = None,
+        response_format: dict[str, Any] | None = None,
+    ) -> Completion:
+        body: dict[str, Any] = {"model": self.model, "messages": list(messages)}
+        if temperature is None:
+            temperature = self.temperature
+        if temperature is not None:
+            body["temperature"] = temperature
+        if top_p is None:
+            top_p = self.top_p
+        if top_p is not None:
+            body["top_p"] = top_p
+        if max_tokens is None:
+            max_tokens = self.max_tokens
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        if seed is not None:
+            body["seed"] = seed
+        if response_format is not None:
+            body["response_format"] = response_format
+        payload = json.dumps(body).encode()
+        self._requests += 1
+        self._in_flight += 1
+        # Agents are driven without an asyncio Task, and aiohttp's timeouts need
+        # asyncio.current_task(); the request therefore runs in a Task of its own, which
+        # this call owns and awaits.
+        task = asyncio.create_task(self._call(payload))
+        try:
+            return await task
+        except BaseException:
+            task.cancel()  # no-op once done; stops the request if we were abandoned
+            raise
+        finally:
+            self._in_flight -= 1
+
+    def statistics(self) -> ModelStats:
+        return ModelStats(self.name, self._requests, self._failures, self._in_flight,
+                          self._prompt_tokens, self._completion_tokens, self._retries)
+
+    def endpoint_statistics(self) -> tuple[EndpointStats, ...]:
+        """Per-endpoint counters of the underlying pool."""
+        return self._pool.statistics()
+
+    async def aclose(self) -> None:
+        """Close the HTTP session; a later call opens a new one. Idempotent."""
+        session, self._session = self._session, None
+        self._loop = None
+        self._pool.close()
+        if session is not None:
+            await session.close()
+
+    # -- internals ---------------------------------------------------------------------------
+    def _open(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self._session is not None:
+            if self._loop is loop:
+                return self._session
+            raise RuntimeError(
+                f"{self!r} is bound to another event loop; build one client per loop "
+                "(PerWorker does) or await aclose() before reusing it"
+            )
+        n = len(self._chat_urls)
+        per_host = self._pool.max_concurrency
+        connector = aiohttp.TCPConnector(limit=per_host * n, limit_per_host=per_host)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=self.timeout),
+        )
+        self._loop = loop
+        return self._session
+
+    async def _call(self, payload: bytes) -> Completion:
+        session = self._open()
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        pool = self._pool
+        attempt = 0
+        while True:
+            lease = await pool.acquire()
+            try:
+                text, usage = await self._attempt(session, lease, payload)
+            except _Failure as failure:
+                pool.release(lease, ok=False, strike=failure.strike)
+                if not failure.retryable or attempt >= self.max_retries:
+                    self._failures += 1
+                    tries = f"{attempt + 1} attempt{'s' if attempt else ''}"
+                    raise ModelError(
+                        f"model {self.name!r}: {failure.cause} from {lease.url} "
+                        f"(after {tries})"
+                    ) from failure.__cause__
+                delay = self._delay(attempt, failure.delay)
+                attempt += 1
+                self._retries += 1
+                await asyncio.sleep(delay)
+                continue
+            except BaseException:
+                pool.release(lease, ok=False, strike=False, count=False)
+                raise
+            pool.release(lease, ok=True)
+            prompt_tokens = completion_tokens = 0
+            if type(usage) is dict:
+                pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
+                prompt_tokens = pt if type(pt) is int else 0
+                completion_tokens = ct if type(ct) is int else 0
+            self._prompt_tokens += prompt_tokens
+            self._completion_tokens += completion_tokens
+            return Completion(text, self.name, prompt_tokens, completion_tokens,
+                              loop.time() - start, lease.url)
+
+    def _delay(self, attempt: int, requested: float | None) -> float:
+        if requested is not None:
+            return min(requested, self.max_retry_after)
+        ceiling = min(self.max_backoff, self.backoff * (2.0 ** attempt))
+        return ceiling * (0.5 + 0.5 * self._jitter.random())  # "equal jitter"
+
+    async def _attempt(self, session: aiohttp.ClientSession, lease: Lease,
+                       payload: bytes) -> tuple[str, Any]:
+        """One request; returns ``(content, usage)`` or raises :class:`_Failure`."""
+        try:
+            async with session.post(self._chat_urls[lease.index], data=payload,
+                                    headers=self._headers) as resp:
+                status = resp.status
+                raw = await resp.read()
+                delay = _retry_after(resp.headers) if status == 429 else None
+        except TimeoutError as exc:  # aiohttp's own timeouts derive from it too
+            raise _Failure(f"timed out after {self.timeout} s") from exc
+        except aiohttp.ClientConnectorError as exc:
+            raise _Failure(f"cannot connect ({exc.os_error.strerror or exc})") from exc
+        except aiohttp.ServerDisconnectedError as exc:
+            raise _Failure("server disconnected") from exc
+        except aiohttp.ClientPayloadError as exc:
+            raise _Failure(f"truncated response ({exc})") from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise _Failure(f"connection error ({type(exc).__name__}: {exc})") from exc
+        if status != 200:
+            detail = _error_detail(raw)
+            if status == 429:
+                raise _Failure(f"HTTP 429 rate limited: {detail}", strike=False, delay=delay)
+            if status in _RETRY_STATUSES or status >= 500:
+                raise _Failure(f"HTTP {status}: {detail}")
+            raise _Failure(f"HTTP {status}: {detail}", retryable=False, strike=False)
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise _Failure(f"malformed JSON body ({len(raw)} bytes)") from exc
+        try:
+            text = data["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError) as exc:
+            raise _Failure("response without choices[0].message.content") from exc
+        if type(text) is not str or not text.strip():
+            raise _Failure("empty content")
+        return text, data.get("usage")

@@ -1,0 +1,1 @@
+"""Scenarios: complete simulations built on the lower layers (``guess_number`` …)."""

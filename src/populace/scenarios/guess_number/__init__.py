@@ -1,0 +1,31 @@
+"""The paper's flagship experiment: every player guesses ratio × the average.
+
+Each round a moderator (in the central process) tells N participants the rules; each
+participant asks its model and reports a number; the moderator scores the round
+(target = offset + ratio × mean of valid answers; the closest valid answer wins) and, with
+``feedback``, tells everyone the winning number before the next round.
+"""
+
+from ._agents import Guess, Participant, Rules
+from ._config import DEFAULT_PROMPT, PROMPT_FIELDS, GameConfig, RunConfig
+from ._play import RESPONSE_SCHEMA, Reporter, SilentReporter, Timings, play
+from ._rules import RoundOutcome, parse_number, parse_ratio, score_round
+
+__all__ = [
+    "DEFAULT_PROMPT",
+    "PROMPT_FIELDS",
+    "RESPONSE_SCHEMA",
+    "GameConfig",
+    "Guess",
+    "Participant",
+    "Reporter",
+    "RoundOutcome",
+    "Rules",
+    "RunConfig",
+    "SilentReporter",
+    "Timings",
+    "parse_number",
+    "parse_ratio",
+    "play",
+    "score_round",
+]

@@ -1,0 +1,213 @@
+"""Running the game: a moderator in the central process, participants in workers."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from populace.core import Msg, PerWorker, Simulation, wait
+from populace.llm import build_model
+from populace.results import RunDirectory
+
+from ._agents import Guess, Participant, Rules
+from ._config import RunConfig
+from ._rules import RoundOutcome, score_round
+
+RESPONSE_SCHEMA = pa.schema([
+    ("round", pa.int32()),
+    ("agent_id", pa.int64()),
+    ("group", pa.int32()),
+    ("model", pa.string()),
+    ("number", pa.float64()),
+    ("valid", pa.bool_()),
+    ("raw", pa.string()),
+    ("error", pa.string()),
+    ("latency_s", pa.float64()),
+    ("prompt_tokens", pa.int32()),
+    ("completion_tokens", pa.int32()),
+])
+
+
+class Reporter(Protocol):
+    """Receives progress; the CLI shows it, benchmarks time it, tests record it."""
+
+    def round_started(self, round_no: int, total: int) -> None: ...
+    def round_progress(self, round_no: int, done: int, total: int) -> None: ...
+    def round_finished(self, outcome: RoundOutcome, wall_s: float) -> None: ...
+
+
+class SilentReporter:
+    def round_started(self, round_no: int, total: int) -> None:
+        pass
+
+    def round_progress(self, round_no: int, done: int, total: int) -> None:
+        pass
+
+    def round_finished(self, outcome: RoundOutcome, wall_s: float) -> None:
+        pass
+
+
+@dataclass
+class Timings:
+    """Where a run spent its time (seconds); CPU is this process's CPU time."""
+
+    create_s: float = 0.0
+    round_wall_s: list[float] = field(default_factory=list)
+    round_cpu_s: list[float] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+def _describe_target(ratio: Any, offset: float) -> str:
+    rule = f"The target is {ratio} of the average of all numbers"
+    if offset:
+        rule += f" plus {offset:g}"
+    return rule + "."
+
+
+def _round_prompt(config: RunConfig, round_no: int, last: RoundOutcome | None) -> str:
+    game = config.game
+    history = ""
+    if last is not None and last.winner_number is not None and game.feedback:
+        history = (f"In the previous round the average was {last.mean:.2f}, the target was "
+                   f"{last.target:.2f} and the winning number was {last.winner_number:g}. ")
+    return game.prompt.format(
+        n_players=config.agents, low=f"{game.low:g}", high=f"{game.high:g}",
+        ratio=f"{game.ratio}", offset=f"{game.offset:g}",
+        target_rule=_describe_target(game.ratio, game.offset),
+        round=round_no, rounds=config.rounds, history=history,
+    )
+
+
+def _table(round_no: int, ids: np.ndarray, groups: np.ndarray, model: str,
+           results: list[Any]) -> pa.Table:
+    """One row per agent for this round, from the members' replies (or errors)."""
+    n = len(results)
+    number = np.full(n, np.nan)
+    raw: list[str | None] = [None] * n
+    error: list[str | None] = [None] * n
+    latency = np.full(n, np.nan)
+    ptok = np.zeros(n, dtype=np.int32)
+    ctok = np.zeros(n, dtype=np.int32)
+    for i, r in enumerate(results):
+        if isinstance(r, BaseException):
+            error[i] = f"{type(r).__name__}: {r}"
+            continue
+        g: Guess = r.content
+        if g.number is not None:
+            number[i] = g.number
+        raw[i] = g.raw
+        latency[i] = g.latency_s
+        ptok[i] = g.prompt_tokens
+        ctok[i] = g.completion_tokens
+    valid = ~np.isnan(number)
+    return pa.table({
+        "round": pa.array(np.full(n, round_no, dtype=np.int32)),
+        "agent_id": pa.array(ids),
+        "group": pa.array(groups),
+        "model": pa.array([model] * n, type=pa.string()),
+        "number": pa.array(number, mask=~valid),
+        "valid": pa.array(valid),
+        "raw": pa.array(raw, type=pa.string()),
+        "error": pa.array(error, type=pa.string()),
+        "latency_s": pa.array(latency, mask=np.isnan(latency)),
+        "prompt_tokens": pa.array(ptok),
+        "completion_tokens": pa.array(ctok),
+    }, schema=RESPONSE_SCHEMA)
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: NaN/inf become None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+async def play(
+    config: RunConfig,
+    run_dir: RunDirectory | None = None,
+    reporter: Reporter | None = None,
+    timings: Timings | None = None,
+) -> dict[str, Any]:
+    """Play ``config.rounds`` rounds; write results to ``run_dir`` as each round ends.
+
+    Returns the summary (also written to ``summary.json``).
+    """
+    reporter = reporter or SilentReporter()
+    timings = timings if timings is not None else Timings()
+    started = time.perf_counter()
+    game = config.game
+    model_name = config.model_name
+    n = config.agents
+    ids = np.arange(n, dtype=np.int64)
+    groups = (ids % game.groups).astype(np.int32)
+    summary: dict[str, Any] = {
+        "name": config.name, "scenario": config.scenario, "status": "running",
+        "agents": n, "rounds_planned": config.rounds, "seed": config.seed,
+        "model": model_name, "rounds": [], "wall_s": 0.0,
+    }
+    rules = Rules(config.seed, game.low, game.high, game.temperature)
+    if run_dir is not None:
+        run_dir.write_config(config.resolved())
+        run_dir.write_profiles(pa.table({
+            "agent_id": ids, "group": groups, "model": pa.array([model_name] * n, pa.string()),
+        }))
+    try:
+        async with Simulation(workers=config.workers, backend=config.backend,
+                              seed=config.seed) as sim:
+            t0 = time.perf_counter()
+            players = await sim.create(
+                Participant, n, name="participants",
+                init={"model": PerWorker(build_model, model_name, config.models[model_name]),
+                      "rules": rules},
+            )
+            timings.create_s = time.perf_counter() - t0
+            last: RoundOutcome | None = None
+            for round_no in range(1, config.rounds + 1):
+                t_round, cpu_round = time.perf_counter(), time.process_time()
+                reporter.round_started(round_no, n)
+                ask = Msg("moderator", _round_prompt(config, round_no, last),
+                          metadata={"round": round_no})
+                answers = players.broadcast(ask)
+                while not answers.done():
+                    await wait([answers], timeout=0.1)
+                    reporter.round_progress(round_no, answers.n_done, n)
+                results = answers.results(return_exceptions=True)
+                table = _table(round_no, ids, groups, model_name, results)
+                numbers = table.column("number").to_numpy(zero_copy_only=False)
+                last = score_round(round_no, numbers, game.ratio, game.offset)
+                if run_dir is not None:
+                    run_dir.write_round("responses", round_no, table)
+                if game.feedback and last.winner_number is not None:
+                    await players.observe(Msg(
+                        "moderator",
+                        f"Round {round_no} is over. The target was {last.target:.2f} and the "
+                        f"winning number was {last.winner_number:g}.",
+                        role="system", metadata={"round": round_no},
+                    ))
+                wall = time.perf_counter() - t_round
+                timings.round_wall_s.append(wall)
+                timings.round_cpu_s.append(time.process_time() - cpu_round)
+                entry = {k: _clean(v) for k, v in last.as_dict().items()}
+                entry["wall_s"] = round(wall, 4)
+                summary["rounds"].append(entry)
+                summary["wall_s"] = round(time.perf_counter() - started, 4)
+                if run_dir is not None:
+                    run_dir.write_summary(summary)
+                reporter.round_finished(last, wall)
+        summary["status"] = "completed"
+    except BaseException as e:
+        summary["status"] = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+        summary["error"] = f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        summary["wall_s"] = round(time.perf_counter() - started, 4)
+        timings.wall_s = summary["wall_s"]
+        if run_dir is not None:
+            run_dir.write_summary(summary)
+            run_dir.consolidate("responses")
+    return summary
