@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from populace.config import load_config, read_yaml
+from populace.config import load_config, read_yaml, validate
 from populace.core import ConfigError, PopulaceError
 from populace.results import RunDirectory
 from populace.scenarios.guess_number import RoundOutcome, RunConfig, Timings, play
@@ -77,7 +77,8 @@ class RichReporter:
         self.console.print(
             f"round {o.round}/{self.rounds}: n={o.n} valid={o.n_valid} mean={_fmt(o.mean)} "
             f"median={_fmt(o.median)} std={_fmt(o.std)} target={_fmt(o.target)} "
-            f"winner={_fmt(o.winner_number, 'g')} [dim]({wall_s:.2f} s)[/dim]"
+            f"winner={_fmt(o.winner_number, 'g')} [dim]({wall_s:.2f} s)[/dim]",
+            soft_wrap=True,  # one line per round, even in a narrow or piped terminal
         )
 
 
@@ -109,18 +110,23 @@ def run(
     rounds: Annotated[int | None, typer.Option(help="override rounds:")] = None,
     workers: Annotated[int | None, typer.Option(help="override workers:")] = None,
     seed: Annotated[int | None, typer.Option(help="override seed:")] = None,
+    backend: Annotated[str | None, typer.Option(help="override backend: (local or ray)")] = None,
+    address: Annotated[str | None, typer.Option(help="Ray cluster to join (auto, ray://…)")
+                       ] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="run directory to create "
                                                  "(default runs/NAME-TIMESTAMP)")] = None,
 ) -> None:
     """Run a simulation from a run file and write its run directory."""
-    cfg = _load(config, {"agents": agents, "rounds": rounds, "workers": workers, "seed": seed})
+    cfg = _load(config, {"agents": agents, "rounds": rounds, "workers": workers, "seed": seed,
+                         "backend": backend, "address": address})
     target = out_dir or Path("runs") / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
         run_dir = RunDirectory.create(target)
     except FileExistsError as e:
         raise _Fail(str(e), EXIT_CONFIG) from None
     out.print(f"[bold]{cfg.name}[/bold]: {cfg.agents:,} agents × {cfg.rounds} rounds on "
-              f"{cfg.workers} {cfg.backend} worker(s), model {cfg.model_name}, seed {cfg.seed}")
+              f"{cfg.workers} {cfg.backend} worker(s), model {cfg.model_name}, seed {cfg.seed}",
+              soft_wrap=True)
     reporter = RichReporter(cfg.rounds, out)
     try:
         summary = asyncio.run(play(cfg, run_dir, reporter))
@@ -129,7 +135,8 @@ def run(
         raise _Fail(f"interrupted; results of finished rounds are in {run_dir.path}",
                     EXIT_INTERRUPTED) from None
     out.print(_summary_table(summary))
-    out.print(f"wall time {summary['wall_s']:.2f} s; results in [bold]{run_dir.path}[/bold]")
+    out.print(f"wall time {summary['wall_s']:.2f} s; results in [bold]{run_dir.path}[/bold]",
+              soft_wrap=True)  # a path broken over lines cannot be copied
 
 
 def _peak_rss_mb() -> float:
@@ -145,13 +152,16 @@ def bench(
     latency: Annotated[float, typer.Option(min=0, help="dummy model latency, seconds")] = 1.0,
     rounds: Annotated[int, typer.Option(min=1)] = 1,
     workers: Annotated[int, typer.Option(min=1)] = 1,
+    backend: Annotated[str, typer.Option(help="local or ray")] = "local",
+    address: Annotated[str | None, typer.Option(help="Ray cluster to join")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Time the guessing game on the dummy model: creation, rounds, CPU per agent, memory."""
-    cfg = RunConfig.model_validate({
+    cfg = validate({
         "name": "bench", "agents": agents, "rounds": rounds, "workers": workers,
         "models": {"dummy": {"provider": "dummy", "latency": latency}},
-    })
+        "backend": backend, "address": address,
+    }, RunConfig, "bench options")
     timings = Timings()
     asyncio.run(play(cfg, None, None, timings))
     cpu_us = [c / agents * 1e6 for c in timings.round_cpu_s]
@@ -200,12 +210,21 @@ def main() -> None:
         err.print("[red]aborted[/red]")
         sys.exit(1)
     except Exception as e:  # click usage errors come through here in non-standalone mode
-        import click
-
-        if isinstance(e, click.ClickException):
+        if isinstance(e, _usage_errors()) and hasattr(e, "show"):
             e.show()
-            sys.exit(e.exit_code)
+            sys.exit(getattr(e, "exit_code", 2))
         raise
+
+
+def _usage_errors() -> tuple[type[Exception], ...]:
+    # Newer Typer vendors click (typer._click): its errors derive from typer.TyperException,
+    # not from click.ClickException, and click itself may not be installed.
+    base = getattr(typer, "TyperException", None)
+    if base is not None:
+        return (base,)
+    import click
+
+    return (click.ClickException,)
 
 
 if __name__ == "__main__":

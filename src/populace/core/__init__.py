@@ -18,7 +18,7 @@ from ._handle import AgentGroup, AgentHandle
 from ._msg import Msg
 from ._placeholder import Placeholder, PlaceholderSet, UnobservedFailureWarning, gather, wait
 from ._runtime import Simulation, SimulationStats
-from ._seeding import derive_seed, mix64, unit_float
+from ._seeding import derive_seed, mix64, seed_for, unit_float
 from ._worker import WorkerStats
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "gather",
     "make_backend",
     "mix64",
+    "seed_for",
     "unit_float",
     "wait",
 ]

@@ -132,8 +132,13 @@ class Agent:
         """Answer a message. Subclasses override this."""
         raise NotImplementedError(f"{type(self).__name__} does not implement reply()")
 
-    async def observe(self, msg: Msg) -> None:
-        """Take note of a message without answering; the default stores it in memory."""
+    def observe(self, msg: Msg) -> Any:
+        """Take note of a message without answering; the default stores it in memory.
+
+        Subclasses may override it with ``async def``. The default is synchronous because a
+        broadcast to a million agents should not create a million coroutines to append to
+        their memories.
+        """
         self.memory.add(msg)
 
     def get_state(self) -> dict[str, Any]:

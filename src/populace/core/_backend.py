@@ -101,5 +101,7 @@ def make_backend(spec: str | Backend, **options: Any) -> Backend:
             raise TypeError(f"the local backend takes no options, got {sorted(options)}")
         return LocalBackend()
     if spec == "ray":
-        raise NotImplementedError("the Ray backend is not available yet; use backend='local'")
+        from ._ray import RayBackend
+
+        return RayBackend(**options)
     raise ValueError(f"unknown backend {spec!r}; expected 'local' or 'ray'")

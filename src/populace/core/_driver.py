@@ -17,7 +17,7 @@ import asyncio
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Protocol
 
-from ._placeholder import Placeholder, PlaceholderSet, _task_wait
+from ._placeholder import Driving, Placeholder, PlaceholderSet, _task_wait
 
 
 class Signal:
@@ -74,7 +74,7 @@ class Signal:
 
     def __await__(self) -> Generator[Any, None, None]:
         if not self._fired:
-            if asyncio.current_task(self._loop) is None:
+            if Driving.depth:
                 yield self  # stepped by a worker's driver, which parks on us directly
             else:
                 yield from _task_wait(self)
@@ -134,6 +134,7 @@ class Call:
         self.loop = loop
 
     def step(self) -> None:
+        Driving.depth += 1
         try:
             awaited = self.coro.send(None)
         except StopIteration as stop:
@@ -144,6 +145,8 @@ class Call:
         except BaseException as error:  # includes CancelledError: the call failed
             self.sink._failed(self.slot, error)
             return
+        finally:
+            Driving.depth -= 1
         if type(awaited) in _FAST:
             awaited._park(self.step)
         elif awaited is None:  # a bare yield, as in asyncio.sleep(0)

@@ -134,7 +134,8 @@ class AgentGroup:
     def __getitem__(self, i: slice) -> AgentGroup: ...
     def __getitem__(self, i: int | slice) -> AgentHandle | AgentGroup:
         if isinstance(i, slice):
-            return AgentGroup(self._sim, self._cls, self._ids[i], f"{self.name}[{i.start}:{i.stop}]")
+            name = f"{self.name}[{i.start}:{i.stop}]"
+            return AgentGroup(self._sim, self._cls, self._ids[i], name)
         return self._sim.handle(int(self._ids[i]))
 
     def __iter__(self) -> Iterator[AgentHandle]:

@@ -53,6 +53,17 @@ class FailureLedger:
         return out
 
 
+class Driving:
+    """How many worker driver steps are running now (see ``_driver.Call.step``).
+
+    Inside a step, awaiting a placeholder or signal yields the object itself and the driver
+    parks on it; anywhere else (an asyncio Task, even one that hosts a worker, as in a Ray
+    actor) it waits on a future of its own.
+    """
+
+    depth = 0
+
+
 def _task_wait(waitable: Any) -> Generator[Any, None, None]:
     """Suspend an asyncio Task until ``waitable`` is done, on a future of the task's own.
 
@@ -87,7 +98,8 @@ class _Awaitable:
     def cancelled(self) -> bool:
         return False
 
-    def add_done_callback(self, fn: Callable[[Any], Any], *, context: Context | None = None) -> None:
+    def add_done_callback(self, fn: Callable[[Any], Any], *,
+                          context: Context | None = None) -> None:
         """asyncio-style callback: scheduled on the loop with this object once done."""
         if self.done():
             self._loop.call_soon(fn, self, context=context)
@@ -132,7 +144,7 @@ class Placeholder(_Awaitable, Generic[T]):
     ...     return await p             # the agent's reply, or its error re-raised
     """
 
-    __slots__ = ("_error", "_value", "__weakref__")
+    __slots__ = ("__weakref__", "_error", "_source", "_value")
 
     def __init__(
         self,
@@ -143,6 +155,8 @@ class Placeholder(_Awaitable, Generic[T]):
         super().__init__(loop, origin, ledger)
         self._value: Any = _PENDING
         self._error: BaseException | None = None
+        # (worker, call_id) of the agent call that fills it, when it is one.
+        self._source: tuple[int, int] | None = None
 
     def __repr__(self) -> str:
         state = "pending" if not self.done() else ("failed" if self._error else "done")
@@ -194,7 +208,7 @@ class Placeholder(_Awaitable, Generic[T]):
 
     def __await__(self) -> Generator[Any, None, T]:
         if not self.done():
-            if asyncio.current_task(self._loop) is None:
+            if Driving.depth:
                 yield self  # stepped by a worker's driver, which parks on us directly
             else:
                 yield from _task_wait(self)
@@ -341,15 +355,16 @@ class PlaceholderSet(_Awaitable, Generic[T]):
         if self.done():
             self._fire()
 
-    def _fail_pending(self, error: BaseException) -> None:
-        """Fail every member that has no outcome yet."""
-        missing = [i for i, v in enumerate(self._values)
-                   if v is _PENDING and i not in self._errors]
+    def _fail_pending(self, error: BaseException, positions: Iterable[int] | None = None) -> None:
+        """Fail every member (of ``positions``, default all) that has no outcome yet."""
+        values, errors = self._values, self._errors
+        candidates = range(len(values)) if positions is None else positions
+        missing = [int(i) for i in candidates if values[i] is _PENDING and i not in errors]
         self._fail(missing, [error] * len(missing))
 
     def __await__(self) -> Generator[Any, None, list[T]]:
         if not self.done():
-            if asyncio.current_task(self._loop) is None:
+            if Driving.depth:
                 yield self  # stepped by a worker's driver, which parks on us directly
             else:
                 yield from _task_wait(self)

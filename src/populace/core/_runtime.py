@@ -12,13 +12,24 @@ import numpy as np
 
 from ._agent import Agent
 from ._backend import Backend, Request, make_backend
+from ._columnar import PackedReplies
 from ._errors import CallTimeout, SimulationClosed
 from ._gc import tune_gc
 from ._handle import AgentGroup, AgentHandle
 from ._placeholder import FailureLedger, Placeholder, PlaceholderSet, UnobservedFailureWarning
-from ._worker import CallDone, CallRequest, GroupChunk, GroupRequest, Update, WorkerStats
+from ._walk import find, replace
+from ._worker import (
+    CallDone,
+    CallRequest,
+    GroupChunk,
+    GroupRequest,
+    Update,
+    WorkerGone,
+    WorkerStats,
+)
 
 R = TypeVar("R")
+_PLACEHOLDERS = (Placeholder, PlaceholderSet)
 Positions = range | np.ndarray
 
 
@@ -86,7 +97,8 @@ class Simulation:
         self._flush_scheduled = False
         self._next_call = 0
         self._calls: dict[int, Placeholder[Any]] = {}
-        self._batches: dict[int, tuple[PlaceholderSet[Any], list[Positions]]] = {}
+        # batch id → (set, member positions of each segment, worker of each segment)
+        self._batches: dict[int, tuple[PlaceholderSet[Any], list[Positions], list[int]]] = {}
         self._timers: dict[int, asyncio.TimerHandle] = {}
         # Agent placement: sorted blocks of consecutive ids living in one worker.
         self._next_id = 0
@@ -94,6 +106,7 @@ class Simulation:
         self._block_worker: list[int] = []
         self._block_local: list[int] = []
         self._block_cls: list[type] = []
+        self._block_sizes: list[int] = []
         self._per_worker = [0] * workers
         self._restore_gc: Callable[[], None] | None = None
 
@@ -129,7 +142,7 @@ class Simulation:
             p._ledger = None
             p.set_exception(closed)
         batches, self._batches = self._batches, {}
-        for pset, _ in batches.values():
+        for pset, _, _ in batches.values():
             pset._ledger = None
             pset._fail_pending(closed)
         for t in self._timers.values():
@@ -222,6 +235,7 @@ class Simulation:
             self._block_worker.append(w)
             self._block_local.append(local)
             self._block_cls.append(cls)
+            self._block_sizes.append(size)
             self._per_worker[w] += size
             offset += size
         self._next_id += n
@@ -281,8 +295,56 @@ class Simulation:
         outbox, self._outbox = self._outbox, {}
         if self._state != "running":
             return
+        remote = getattr(self._backend, "remote", False)
         for worker, requests in outbox.items():
-            self._backend.submit(worker, requests)
+            if remote:
+                requests = [r for r in requests if self._externalize(worker, r)]
+            if requests:
+                self._backend.submit(worker, requests)
+
+    def _externalize(self, worker: int, req: Request) -> bool:
+        """Make ``req`` fit to cross a process boundary; False if it must wait here first.
+
+        Resolved placeholders travel as their values; pending agent-call placeholders as
+        RemoteRefs that the receiving worker fetches from the owning worker directly; other
+        pending ones (group results) are awaited here, then the request is sent.
+        """
+        from ._ray import RemoteRef
+
+        deps = find(req.args, _PLACEHOLDERS, [])
+        if not deps:
+            return True
+        local = [d for d in deps if not d.done() and not (type(d) is Placeholder and d._source)]
+        if local:
+            left = [len(local)]
+
+            def resolved() -> None:
+                left[0] -= 1
+                if left[0] == 0:
+                    self._enqueue(worker, req)
+
+            for d in local:
+                d._park(resolved)
+            return False
+        failed = next((d for d in deps if d.done() and d._outcome()[1] is not None), None)
+        if failed is not None:
+            self._fail_request(worker, req, failed._outcome()[1])
+            return False
+
+        def external(d: Any) -> Any:
+            return d._outcome()[0] if d.done() else RemoteRef(*d._source)
+
+        req.args = replace(req.args, _PLACEHOLDERS, external)
+        req.refs = True
+        return True
+
+    def _fail_request(self, worker: int, req: Request, error: BaseException) -> None:
+        if isinstance(req, CallRequest):
+            self._deliver(worker, [CallDone(req.call_id, None, error)])
+        else:
+            n = len(req.locals)
+            self._deliver(worker, [GroupChunk(req.batch_id, req.segment, [], [],
+                                              list(range(n)), [error] * n)])
 
     def _submit_call(self, handle: AgentHandle, target: Any, args: tuple[Any, ...],
                      timeout: float | None) -> Placeholder[Any]:
@@ -291,6 +353,7 @@ class Simulation:
         self._next_call += 1
         name = target if isinstance(target, str) else getattr(target, "__name__", "call")
         p: Placeholder[Any] = Placeholder(loop, f"agent {handle.id} {name}()", self._ledger)
+        p._source = (handle.worker, call_id)
         self._calls[call_id] = p
         self._enqueue(handle.worker, CallRequest(call_id, handle._local, target, args))
         if timeout is not None:
@@ -315,20 +378,47 @@ class Simulation:
             return pset
         batch_id = self._next_call
         self._next_call += 1
-        self._batches[batch_id] = (pset, [positions for _, _, positions in parts])
+        self._batches[batch_id] = (pset, [positions for _, _, positions in parts],
+                                   [worker for worker, _, _ in parts])
         for segment, (worker, locals_, _) in enumerate(parts):
             self._enqueue(worker, GroupRequest(batch_id, segment, locals_, target, args))
         return pset
 
+    def _held_by(self, worker: int) -> str:
+        spans = [f"{start}-{start + n - 1}" for start, w, n in zip(
+            self._block_start, self._block_worker, self._block_sizes, strict=True) if w == worker]
+        return ", ".join(spans) or "none"
+
+    def _worker_gone(self, worker: int, error: BaseException) -> None:
+        """Fail every call pending on a dead worker, naming the agents it held."""
+        from ._errors import WorkerLost
+
+        lost = WorkerLost(f"{error}; it held agents {self._held_by(worker)}")
+        for call_id, p in list(self._calls.items()):
+            if p._source is not None and p._source[0] == worker:
+                del self._calls[call_id]
+                p.set_exception(lost)
+        for batch_id, (pset, positions, workers) in list(self._batches.items()):
+            for seg, w in enumerate(workers):
+                if w == worker:
+                    pset._fail_pending(lost, positions[seg])
+            if pset.done():
+                del self._batches[batch_id]
+
     def _deliver(self, worker: int, updates: list[Update]) -> None:
         """Apply a batch of outcomes from ``worker`` (called by the backend)."""
         for u in updates:
+            if type(u) is WorkerGone:
+                self._worker_gone(worker, u.error)
+                continue
             if type(u) is GroupChunk:
                 entry = self._batches.get(u.batch_id)
                 if entry is None:
                     continue  # stopped meanwhile
-                pset, positions = entry
+                pset, positions, _ = entry
                 seg = positions[u.segment]
+                if type(u.values) is PackedReplies:
+                    u.values = u.values.unpack()
                 if u.slots:
                     if type(seg) is range:
                         start = seg.start

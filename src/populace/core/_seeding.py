@@ -36,3 +36,13 @@ def derive_seed(*parts: int) -> int:
 def unit_float(seed: int) -> float:
     """A float in [0, 1) determined by ``seed``."""
     return (mix64(seed) >> 11) * (1.0 / (1 << 53))
+
+
+def seed_for(base: int, index: int) -> int:
+    """The seed of member ``index`` under ``base`` (itself from :func:`derive_seed`).
+
+    One mix instead of :func:`derive_seed`'s one per part: for per-agent seeds in a hot
+    loop, derive ``base`` once per round and call this per agent. Distinct indices give
+    distinct seeds (SplitMix64 is a bijection).
+    """
+    return mix64(base ^ index) >> 1

@@ -9,7 +9,6 @@ process boundaries.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
 import types
 from collections.abc import Callable, Sequence
@@ -18,8 +17,8 @@ from typing import Any
 
 from ._agent import Agent, PerWorker, Profile
 from ._driver import Call
-from ._msg import Msg
 from ._placeholder import Placeholder, PlaceholderSet
+from ._walk import find, replace
 
 Target = str | Callable[..., Any]
 
@@ -32,6 +31,7 @@ class CallRequest:
     local: int
     target: Target
     args: tuple[Any, ...]
+    refs: bool = False  # args hold RemoteRefs (set by remote backends)
 
 
 @dataclass(slots=True)
@@ -43,6 +43,7 @@ class GroupRequest:
     locals: Sequence[int]
     target: Target
     args: tuple[Any, ...]
+    refs: bool = False  # args hold RemoteRefs (set by remote backends)
 
 
 @dataclass(slots=True)
@@ -64,7 +65,14 @@ class GroupChunk:
     errors: list[BaseException]
 
 
-Update = CallDone | GroupChunk
+@dataclass(slots=True)
+class WorkerGone:
+    """The worker died; every call pending on it has failed with ``error``."""
+
+    error: BaseException
+
+
+Update = CallDone | GroupChunk | WorkerGone
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,38 +158,14 @@ class _Single:
         self.worker._push(CallDone(self.call_id, None, error))
 
 
-def _find_deps(value: Any, found: list[Any]) -> None:
-    """Collect pending placeholders inside a message or argument (lists, tuples, dicts)."""
-    if isinstance(value, Placeholder | PlaceholderSet):
-        found.append(value)
-    elif isinstance(value, Msg):
-        _find_deps(value.content, found)
-        if value.metadata:
-            _find_deps(value.metadata, found)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            _find_deps(v, found)
-    elif isinstance(value, dict):
-        for v in value.values():
-            _find_deps(v, found)
+_DEPS = (Placeholder, PlaceholderSet)
 
 
-def _substitute(value: Any) -> Any:
-    """Replace resolved placeholders by their values; raise the first dependency's error."""
-    if isinstance(value, Placeholder | PlaceholderSet):
-        v, err = value._outcome()
-        if err is not None:
-            raise err
-        return v
-    if isinstance(value, Msg):
-        meta = _substitute(value.metadata) if value.metadata else value.metadata
-        return dataclasses.replace(value, content=_substitute(value.content), metadata=meta)
-    if isinstance(value, list):
-        return [_substitute(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_substitute(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _substitute(v) for k, v in value.items()}
+def _value_of(dep: Any) -> Any:
+    """The value of a resolved dependency; its error is raised (and so consumed)."""
+    value, error = dep._outcome()
+    if error is not None:
+        raise error
     return value
 
 
@@ -243,8 +227,7 @@ class Worker:
     # -- requests ----------------------------------------------------------------------------
     def submit(self, requests: list[CallRequest | GroupRequest]) -> None:
         for req in requests:
-            deps: list[Any] = []
-            _find_deps(req.args, deps)
+            deps = find(req.args, _DEPS, [])
             pending = [d for d in deps if not d.done()]
             if pending:
                 self._defer(req, pending)
@@ -270,7 +253,7 @@ class Worker:
         args = req.args
         if deps:
             try:
-                args = _substitute(args)
+                args = replace(args, _DEPS, _value_of)
             except BaseException as error:
                 self._fail_request(req, error)
                 return

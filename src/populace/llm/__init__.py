@@ -1,4 +1,8 @@
-"""Language models: one ``complete`` interface, providers, and the dummy model."""
+"""Language models: one ``complete`` interface, providers, and the dummy model.
+
+``OpenAIModel`` talks to OpenAI-compatible servers through an ``EndpointPool``;
+``running_server``/``serve`` run the fake OpenAI-compatible server behind ``populace serve-llm``.
+"""
 
 from ._base import ChatMessage, Completion, ModelClient, ModelStats
 from ._config import DummyConfig, ModelConfig, OpenAIConfig, build_model

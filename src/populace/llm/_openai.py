@@ -92,9 +92,11 @@ class OpenAIModel:
     bounds requests in flight per endpoint; callers beyond it queue. ``timeout`` bounds one
     attempt (connect to last byte), not the time spent queued. A failed attempt is retried
     up to ``max_retries`` times with exponential backoff and jitter (starting at ``backoff``
-    seconds, at most ``max_backoff``); a 429's ``Retry-After`` is honoured up to
-    ``max_retry_after`` seconds. ``temperature``, ``top_p`` and ``max_tokens`` are defaults
-    that per-call arguments override.
+    seconds, at most ``max_backoff``); the ``Retry-After`` of a 429 or 503 is honoured up to
+    ``max_retry_after`` seconds. Client errors (400, 401, 404...) are not retried.
+    ``temperature``, ``top_p`` and ``max_tokens`` are defaults that per-call arguments
+    override. A completion's ``latency_s`` spans the whole call: queueing, every attempt and
+    the waits between them.
 
     The client binds to the event loop of its first call; build one per worker
     (``PerWorker(OpenAIModel, ...)``) and ``await model.aclose()`` at the end.
@@ -191,15 +193,8 @@ class OpenAIModel:
         payload = json.dumps(body).encode()
         self._requests += 1
         self._in_flight += 1
-        # Agents are driven without an asyncio Task, and aiohttp's timeouts need
-        # asyncio.current_task(); the request therefore runs in a Task of its own, which
-        # this call owns and awaits.
-        task = asyncio.create_task(self._call(payload))
         try:
-            return await task
-        except BaseException:
-            task.cancel()  # no-op once done; stops the request if we were abandoned
-            raise
+            return await self._call(payload)
         finally:
             self._in_flight -= 1
 
@@ -229,9 +224,10 @@ class OpenAIModel:
                 f"{self!r} is bound to another event loop; build one client per loop "
                 "(PerWorker does) or await aclose() before reusing it"
             )
-        n = len(self._chat_urls)
-        per_host = self._pool.max_concurrency
-        connector = aiohttp.TCPConnector(limit=per_host * n, limit_per_host=per_host)
+        # The pool enforces the per-endpoint limit (endpoints may share a host and port, so
+        # a per-host limit would be wrong); the connector only caps the total.
+        connector = aiohttp.TCPConnector(
+            limit=self._pool.max_concurrency * len(self._chat_urls), limit_per_host=0)
         self._session = aiohttp.ClientSession(
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=self.timeout),
@@ -246,9 +242,13 @@ class OpenAIModel:
         pool = self._pool
         attempt = 0
         while True:
+            # Queueing and backoff run in the caller (cheap futures, even for 100,000 waiting
+            # agents); only the HTTP exchange gets a Task, because agents are driven without
+            # one and aiohttp's timeouts need asyncio.current_task().
             lease = await pool.acquire()
+            task = asyncio.create_task(self._attempt(session, lease, payload))
             try:
-                text, usage = await self._attempt(session, lease, payload)
+                text, usage = await task
             except _Failure as failure:
                 pool.release(lease, ok=False, strike=failure.strike)
                 if not failure.retryable or attempt >= self.max_retries:
@@ -263,7 +263,8 @@ class OpenAIModel:
                 self._retries += 1
                 await asyncio.sleep(delay)
                 continue
-            except BaseException:
+            except BaseException:  # cancelled or abandoned: stop the request too
+                task.cancel()
                 pool.release(lease, ok=False, strike=False, count=False)
                 raise
             pool.release(lease, ok=True)
@@ -291,7 +292,7 @@ class OpenAIModel:
                                     headers=self._headers) as resp:
                 status = resp.status
                 raw = await resp.read()
-                delay = _retry_after(resp.headers) if status == 429 else None
+                delay = _retry_after(resp.headers) if status in (429, 503) else None
         except TimeoutError as exc:  # aiohttp's own timeouts derive from it too
             raise _Failure(f"timed out after {self.timeout} s") from exc
         except aiohttp.ClientConnectorError as exc:
@@ -307,7 +308,7 @@ class OpenAIModel:
             if status == 429:
                 raise _Failure(f"HTTP 429 rate limited: {detail}", strike=False, delay=delay)
             if status in _RETRY_STATUSES or status >= 500:
-                raise _Failure(f"HTTP {status}: {detail}")
+                raise _Failure(f"HTTP {status}: {detail}", delay=delay)
             raise _Failure(f"HTTP {status}: {detail}", retryable=False, strike=False)
         try:
             data = json.loads(raw)

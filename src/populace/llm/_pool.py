@@ -122,10 +122,12 @@ class EndpointPool:
         self._waiters.append(waiter)
         try:
             return await waiter
-        except asyncio.CancelledError:
+        except BaseException:  # cancelled, or the coroutine was closed while queued
             if waiter.done() and not waiter.cancelled():
-                # Handed a slot in the same tick we were cancelled: pass it on.
+                # Handed a slot in the same tick we gave up: pass it on.
                 self.release(waiter.result(), ok=True, strike=False, count=False)
+            else:
+                waiter.cancel()  # _dispatch skips it
             raise
 
     def release(self, lease: Lease, *, ok: bool, strike: bool | None = None,

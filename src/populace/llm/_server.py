@@ -1,7 +1,10 @@
 """A small OpenAI-compatible HTTP server: ``populace serve-llm``, dry runs and tests.
 
 It answers like a chat model would in the guess-the-number game, without any model: a
-seeded random number, a short reasoning sentence ending in "The answer is N", or an echo.
+seeded random number, a short reasoning sentence ending in "The answer is N", or an echo;
+asked to extract the number from a reply ("Extract ... The answer is N"), it answers "The
+answer is <the number in the reply>".
+
 Latency, HTTP 500s, 429s with ``Retry-After``, hung requests and truncated JSON bodies can
 be injected at chosen rates, reproducibly: the fate and latency of the *i*-th request depend
 only on the server seed and *i*, and the number answered depends only on the request's
@@ -50,6 +53,7 @@ _REASONS = (
 
 _ANSWER_IS = re.compile(r"answer\s+is\s*[:=]?\s*[*\"'(\[]*\s*(-?\d+(?:\.\d+)?)", re.IGNORECASE)
 _TEMPLATE = re.compile(r"answer\s+is", re.IGNORECASE)
+_EXTRACT = re.compile(r"\bextract", re.IGNORECASE)
 _NUMERAL = re.compile(r"-?\d+(?:\.\d+)?")
 
 
@@ -152,12 +156,16 @@ def _find_number(text: str) -> str | None:
 
 
 def _extraction(messages: list[dict[str, Any]]) -> str | None:
-    """If the last user message asks for "The answer is N", the number to put there."""
+    """If the last user message asks to extract a number as "The answer is N", the number.
+
+    Both the word "extract" and the template must appear: a game prompt that merely asks
+    players to end with "The answer is N" is answered like any other.
+    """
     last = next((m for m in reversed(messages) if m.get("role") == "user"), None)
     if last is None:
         return None
     text = _text_of(last.get("content"))
-    if not _TEMPLATE.search(text):
+    if not (_TEMPLATE.search(text) and _EXTRACT.search(text)):
         return None
     number = _find_number(text)
     if number is None:  # the reply to read may be an earlier assistant turn

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from populace.core import Agent, Msg, Profile, derive_seed
+from populace.core import Agent, Msg, Profile, seed_for
 from populace.llm import ModelClient
 
 from ._rules import parse_number
@@ -46,13 +46,13 @@ class Participant(Agent):
 
     async def reply(self, msg: Msg) -> Msg:
         rules = self.rules
-        round_no: int = msg.metadata["round"] if msg.metadata else 0
+        meta = msg.metadata or {}
         messages = [{"role": "user", "content": msg.content}]
         started = time.perf_counter()
         done = await self.model.complete(
             messages,
             temperature=rules.temperature,
-            seed=derive_seed(rules.seed, self.id, round_no),
+            seed=seed_for(meta.get("seed", rules.seed), self.id),
         )
         guess = Guess(parse_number(done.text, rules.low, rules.high), done.text,
                       time.perf_counter() - started, done.prompt_tokens, done.completion_tokens)

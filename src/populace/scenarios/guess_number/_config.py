@@ -12,6 +12,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -84,21 +85,38 @@ class RunConfig(_Strict):
     agents: int = Field(1000, ge=1, description="number of participants")
     rounds: int = Field(1, ge=1)
     workers: int = Field(1, ge=1, description="worker count (each hosts many agents)")
-    backend: Literal["local"] = "local"
+    backend: Literal["local", "ray"] = Field("local", description="where workers live")
+    address: str | None = Field(None, description="Ray cluster to join ('auto', 'ray://…'); "
+                                "default: start a local one")
     models: dict[str, ModelConfig] = Field(default_factory=lambda: {"dummy": DummyConfig()},
                                            min_length=1)
-    model: str | None = Field(None, description="name in models: used by every participant")
+    model: str | None = Field(None, validate_default=True,
+                              description="name in models: used by every participant")
     game: GameConfig = Field(default_factory=GameConfig)
 
-    @model_validator(mode="after")
-    def _model_name(self) -> RunConfig:
-        if self.model is None:
-            if len(self.models) > 1:
+    # A field validator (not a model one) so that errors carry the key path ``model``.
+    @field_validator("model")
+    @classmethod
+    def _model_name(cls, value: str | None, info: ValidationInfo) -> str | None:
+        models = info.data.get("models")
+        if models is None:  # models: itself is invalid and reported as such
+            return value
+        if value is None:
+            if len(models) > 1:
                 raise ValueError("models has several entries; set model: to the one to use")
-        elif self.model not in self.models:
-            raise ValueError(f"model {self.model!r} is not defined under models: "
-                             f"(defined: {', '.join(self.models)})")
+        elif value not in models:
+            raise ValueError(f"model {value!r} is not defined under models: "
+                             f"(defined: {', '.join(models)})")
+        return value
+
+    @model_validator(mode="after")
+    def _address(self) -> RunConfig:
+        if self.address is not None and self.backend != "ray":
+            raise ValueError("address: is only meaningful with backend: ray")
         return self
+
+    def backend_options(self) -> dict[str, Any]:
+        return {"address": self.address} if self.backend == "ray" else {}
 
     @property
     def model_name(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from dataclasses import dataclass, field
@@ -10,7 +11,7 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from populace.core import Msg, PerWorker, Simulation, wait
+from populace.core import Msg, PerWorker, Simulation, derive_seed, wait
 from populace.llm import build_model
 from populace.results import RunDirectory
 
@@ -158,7 +159,7 @@ async def play(
         }))
     try:
         async with Simulation(workers=config.workers, backend=config.backend,
-                              seed=config.seed) as sim:
+                              seed=config.seed, **config.backend_options()) as sim:
             t0 = time.perf_counter()
             players = await sim.create(
                 Participant, n, name="participants",
@@ -170,8 +171,10 @@ async def play(
             for round_no in range(1, config.rounds + 1):
                 t_round, cpu_round = time.perf_counter(), time.process_time()
                 reporter.round_started(round_no, n)
+                # One seed per round; each participant mixes in its id (seed_for).
                 ask = Msg("moderator", _round_prompt(config, round_no, last),
-                          metadata={"round": round_no})
+                          metadata={"round": round_no,
+                                    "seed": derive_seed(config.seed, round_no)})
                 answers = players.broadcast(ask)
                 while not answers.done():
                     await wait([answers], timeout=0.1)
@@ -201,7 +204,9 @@ async def play(
                 reporter.round_finished(last, wall)
         summary["status"] = "completed"
     except BaseException as e:
-        summary["status"] = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+        # asyncio.run turns Ctrl-C into a cancellation of the main task.
+        interrupted = isinstance(e, KeyboardInterrupt | asyncio.CancelledError)
+        summary["status"] = "interrupted" if interrupted else "failed"
         summary["error"] = f"{type(e).__name__}: {e}"
         raise
     finally:

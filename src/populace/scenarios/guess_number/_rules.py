@@ -31,6 +31,8 @@ def parse_ratio(value: str | int | float | Fraction) -> Fraction:
         num, sep, den = text.partition("/")
         try:
             if sep:
+                if "/" in den:  # Fraction() would read "2/3/4" as 2/(3/4)
+                    raise ValueError("more than one '/'")
                 d = Fraction(den.strip())
                 if d == 0:
                     raise ValueError(f"expected a fraction like 2/3, got {text!r} (division by zero)")

@@ -1,0 +1,249 @@
+"""The Ray backend: each worker is one Ray actor process running its own event loop.
+
+Requests cross the wire as one actor call per worker per tick; outcomes come back through
+one long-poll per worker, batched. A placeholder still pending when it is sent to another
+worker travels as a :class:`RemoteRef`; the receiving worker fetches the value straight from
+the owning worker, not through the central process.
+
+Ray is optional (``pip install populace[ray]``) and imported only when this backend starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import uuid
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ._agent import Agent
+from ._backend import Deliver, Request
+from ._columnar import pack
+from ._errors import ConfigError, WorkerLost
+from ._gc import tune_gc
+from ._placeholder import Placeholder
+from ._walk import replace
+from ._worker import CallDone, GroupChunk, Update, Worker, WorkerGone, WorkerStats
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteRef:
+    """A pending single-call result owned by another worker."""
+
+    owner: int
+    call_id: int
+
+
+class WorkerActor:
+    """Hosts one :class:`Worker` inside a Ray actor (async actor: one event loop)."""
+
+    #: Finished single-call results kept for other workers to fetch.
+    RETAIN = 200_000
+
+    def __init__(self, index: int, group: str) -> None:
+        self.index = index
+        self.group = group
+        self.worker: Worker | None = None
+        self.updates: list[Update] = []
+        self.wakeup: asyncio.Event | None = None
+        self.results: OrderedDict[int, tuple[Any, BaseException | None]] = OrderedDict()
+        self.waiting: dict[int, list[asyncio.Future[Any]]] = {}
+        self.peers: dict[int, Any] = {}
+        self.fetches: set[asyncio.Task[None]] = set()
+
+    async def ready(self) -> dict[str, Any]:
+        import ray
+
+        loop = asyncio.get_running_loop()
+        tune_gc()
+        self.wakeup = asyncio.Event()
+        self.worker = Worker(self.index, loop, self._emit)
+        return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()}
+
+    def _emit(self, _index: int, updates: list[Update]) -> None:
+        for u in updates:
+            if type(u) is CallDone:
+                self.results[u.call_id] = (u.value, u.error)
+                if len(self.results) > self.RETAIN:
+                    self.results.popitem(last=False)
+                for fut in self.waiting.pop(u.call_id, ()):
+                    if not fut.done():
+                        fut.set_result((u.value, u.error))
+        self.updates.extend(updates)
+        assert self.wakeup is not None
+        self.wakeup.set()
+
+    async def create(self, cls: type[Agent], ids: Sequence[int],
+                     columns: dict[str, list[Any]] | None, init: dict[str, Any]) -> int:
+        assert self.worker is not None
+        return self.worker.create(cls, ids, columns, init)
+
+    async def submit(self, requests: list[Request]) -> None:
+        assert self.worker is not None
+        for req in requests:
+            if req.refs:
+                req.args = replace(req.args, (RemoteRef,), self._fetch)
+        self.worker.submit(requests)
+
+    def _fetch(self, ref: RemoteRef) -> Placeholder[Any]:
+        """A placeholder the worker can wait on, filled from the owner of ``ref``."""
+        import ray
+
+        loop = asyncio.get_running_loop()
+        fetch: Placeholder[Any] = Placeholder(loop, f"result of call {ref.call_id}")
+
+        async def get() -> None:
+            try:
+                if ref.owner == self.index:
+                    value, error = await self.result(ref.call_id)
+                else:
+                    peer = self.peers.get(ref.owner)
+                    if peer is None:
+                        peer = self.peers[ref.owner] = ray.get_actor(
+                            f"{self.group}-{ref.owner}", namespace="populace")
+                    value, error = await peer.result.remote(ref.call_id)
+            except Exception as e:  # the owner died or the result was evicted
+                value, error = None, WorkerLost(f"cannot fetch a dependency from worker "
+                                                f"{ref.owner}: {e}")
+            if error is not None:
+                fetch.set_exception(error)
+            else:
+                fetch.set_result(value)
+            self.fetches.discard(task)
+
+        task = loop.create_task(get())
+        self.fetches.add(task)  # owned until done
+        return fetch
+
+    async def result(self, call_id: int) -> tuple[Any, BaseException | None]:
+        """The outcome of single call ``call_id`` of this worker, waiting if needed."""
+        hit = self.results.get(call_id)
+        if hit is not None:
+            return hit
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.waiting.setdefault(call_id, []).append(fut)
+        return await fut  # type: ignore[no-any-return]
+
+    async def poll(self) -> tuple[list[Update], WorkerStats]:
+        """Wait for outcomes, then return all of them at once, with fresh statistics."""
+        assert self.wakeup is not None and self.worker is not None
+        while not self.updates:
+            self.wakeup.clear()
+            await self.wakeup.wait()
+        updates, self.updates = self.updates, []
+        for u in updates:
+            if type(u) is GroupChunk:
+                packed = pack(u.values)
+                if packed is not None:
+                    u.values = packed  # type: ignore[assignment]
+        return updates, self.worker.statistics()
+
+    async def stats(self) -> WorkerStats:
+        assert self.worker is not None
+        return self.worker.statistics()
+
+    async def close(self) -> None:
+        if self.worker is not None:
+            await self.worker.aclose()
+
+
+class RayBackend:
+    """Workers as Ray actors, on this machine or on the cluster at ``address``."""
+
+    name = "ray"
+    #: Requests cross a process boundary: placeholders must become RemoteRefs first.
+    remote = True
+
+    def __init__(self, address: str | None = None, **init_options: Any) -> None:
+        self.address = address
+        self.init_options = init_options
+        self._actors: list[Any] = []
+        self._info: list[dict[str, Any]] = []
+        self._stats: list[WorkerStats] = []
+        self._pollers: list[asyncio.Task[None]] = []
+        self._started_ray = False
+        self._group = f"populace-{uuid.uuid4().hex[:8]}"
+        self._deliver: Deliver | None = None
+
+    @property
+    def n_workers(self) -> int:
+        return len(self._actors)
+
+    def worker_info(self) -> list[dict[str, Any]]:
+        """``{"pid", "node"}`` of each worker."""
+        return list(self._info)
+
+    async def start(self, n_workers: int, deliver: Deliver) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError("the Ray backend needs Ray: pip install 'populace[ray]'") from None
+        if not ray.is_initialized():
+            options = {"include_dashboard": False, "log_to_driver": True,
+                       "configure_logging": False, **self.init_options}
+            try:
+                ray.init(address=self.address, **options)
+            except ConnectionError as e:
+                raise ConfigError(f"cannot join the Ray cluster at {self.address}: {e}") from None
+            self._started_ray = True
+        self._deliver = deliver
+        actor_cls = ray.remote(WorkerActor)
+        self._actors = [
+            actor_cls.options(
+                name=f"{self._group}-{i}", namespace="populace", num_cpus=0,
+                scheduling_strategy="SPREAD", max_concurrency=1000,
+            ).remote(i, self._group)
+            for i in range(n_workers)
+        ]
+        self._info = list(await asyncio.gather(*(a.ready.remote() for a in self._actors)))
+        self._stats = [WorkerStats(i, 0, 0, 0, 0, 0) for i in range(n_workers)]
+        loop = asyncio.get_running_loop()
+        self._pollers = [loop.create_task(self._poll(i)) for i in range(n_workers)]
+
+    async def _poll(self, index: int) -> None:
+        import ray
+
+        actor = self._actors[index]
+        assert self._deliver is not None
+        while True:
+            try:
+                updates, stats = await actor.poll.remote()
+            except ray.exceptions.RayActorError as e:
+                cause = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                self._deliver(index, [WorkerGone(WorkerLost(
+                    f"worker {index} (pid {self._info[index]['pid']}) died: {cause}"))])
+                return
+            self._stats[index] = stats
+            self._deliver(index, updates)
+
+    async def create(self, worker: int, cls: type[Agent], ids: Sequence[int],
+                     columns: dict[str, list[Any]] | None, init: dict[str, Any]) -> int:
+        return await self._actors[worker].create.remote(cls, ids, columns, init)  # type: ignore[no-any-return]
+
+    def submit(self, worker: int, requests: list[Request]) -> None:
+        self._actors[worker].submit.remote(requests)
+
+    def statistics(self) -> list[WorkerStats]:
+        return list(self._stats)
+
+    async def stop(self) -> None:
+        import ray
+
+        for t in self._pollers:
+            t.cancel()
+        for t in self._pollers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._pollers = []
+        for a in self._actors:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(a.close.remote(), timeout=5)
+            with contextlib.suppress(Exception):
+                ray.kill(a)
+        self._actors = []
+        if self._started_ray:
+            ray.shutdown()
+            self._started_ray = False

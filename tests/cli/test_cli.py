@@ -1,0 +1,240 @@
+"""The ``populace`` command, run as a user runs it: a separate process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from populace.cli import main
+from populace.results import read_summary, read_table
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "guess_number.yaml"
+
+
+def populace(*args: str | Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run the command in a new process, as a user would."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR")}
+    env["NO_COLOR"] = "1"
+    return subprocess.run(
+        [sys.executable, "-m", "populace.cli", *map(str, args)],
+        capture_output=True, text=True, timeout=timeout, env=env,
+    )
+
+
+@pytest.fixture
+def fast_example(tmp_path: Path) -> Path:
+    """The shipped example with a 10 ms model, so that a run takes well under a second."""
+    data = yaml.safe_load(EXAMPLE.read_text())
+    assert data["models"]["dummy"]["latency"] > 0.01  # the edit below must change something
+    data["models"]["dummy"]["latency"] = 0.01
+    path = tmp_path / "example.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_run_writes_a_complete_run_directory(tmp_path: Path, fast_example: Path) -> None:
+    out = tmp_path / "a-rather-long-directory-name-for-the-results-of-this-run"
+    proc = populace("run", fast_example, "--agents", "300", "--rounds", "2", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stdout.splitlines()
+    for r in (1, 2):
+        assert any(line.startswith(f"round {r}/2: n=300 valid=300 mean=") and "winner=" in line
+                   for line in lines), proc.stdout
+    # The result directory is printed whole, on one line, even in a narrow pipe.
+    assert any(line.startswith("wall time") and line.endswith(f"results in {out}")
+               for line in lines), proc.stdout
+
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert (config["agents"], config["rounds"], config["seed"]) == (300, 2, 42)
+    assert config["name"] == "guess-number-demo"
+    assert config["models"]["dummy"] == {"provider": "dummy", "latency": 0.01, "low": 0,
+                                         "high": 100}
+    game = config["game"]
+    assert game["ratio"] == "2/3"
+    assert "{n_players}" in game["prompt"] and "{history}" in game["prompt"]
+    for key in ("offset", "low", "high", "feedback", "temperature", "groups"):
+        assert key in game  # every default is written out, not just what the file set
+    assert {"scenario", "workers", "backend", "model"} <= set(config)
+
+    profiles = pq.read_table(out / "profiles.parquet")
+    assert profiles.num_rows == 300
+    assert profiles.column("agent_id").to_pylist() == list(range(300))
+
+    responses = read_table(out)
+    assert (out / "responses.parquet").exists()
+    assert responses.num_rows == 600
+    assert sorted(set(responses.column("round").to_pylist())) == [1, 2]
+
+    summary = read_summary(out)
+    assert summary["status"] == "completed"
+    assert isinstance(summary["wall_s"], float) and summary["wall_s"] > 0
+    assert [r["round"] for r in summary["rounds"]] == [1, 2]
+    for entry in summary["rounds"]:
+        assert {"round", "n", "n_valid", "mean", "median", "std", "target",
+                "winner_number"} <= set(entry)
+        assert (entry["n"], entry["n_valid"]) == (300, 300)
+        assert entry["target"] == pytest.approx(entry["mean"] * 2 / 3)
+        assert f"winner={entry['winner_number']:g} " in proc.stdout
+
+    # The same output directory again: refused, and the first run is untouched.
+    again = populace("run", fast_example, "--agents", "10", "--out", out)
+    assert again.returncode == 2
+    assert again.stderr.strip().splitlines() == [f"error: {out} already holds a run; "
+                                                 "choose another output directory"]
+    assert read_summary(out)["agents"] == 300
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "bad-run.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("rounds_: 3\n", ["rounds_: unknown key", "expected one of:", "rounds"],
+                     id="unknown-key"),
+        pytest.param("game:\n  ratio: 3/0\n", ["game.ratio:", "division by zero"], id="ratio"),
+        pytest.param("agents: -5\n", ["agents:", "greater than or equal to 1", "-5"],
+                     id="negative-agents"),
+        pytest.param("workers: zero\n", ["workers:", "'zero'"], id="workers-not-int"),
+        pytest.param("model: gpt9\n", ["model: model 'gpt9' is not defined", "dummy"],
+                     id="unknown-model"),
+        pytest.param("models:\n  a: {provider: dummy}\n  b: {provider: dummy}\n",
+                     ["model: models has several entries"], id="ambiguous-model"),
+        pytest.param("game: {ratoi: 1/2}\n", ["game.ratoi: unknown key", "ratio"],
+                     id="nested-typo"),
+        pytest.param("models:\n  dummy:\n    provider: dummy\n    latency: -1\n",
+                     ["models.dummy.latency:", "greater than or equal to 0"],
+                     id="negative-latency"),
+        pytest.param("models:\n  m: {provider: gpt}\n", ["models.m:"], id="unknown-provider"),
+        pytest.param("game: {prompt: 'Pick {colour}'}\n", ["game.prompt:", "{colour}"],
+                     id="template-field"),
+        pytest.param("agents: 3\n  rounds: 2\n", [":2:", "invalid YAML"], id="yaml-syntax"),
+        pytest.param("- agents\n", ["expected a mapping"], id="not-a-mapping"),
+        pytest.param("scenario: chess\n", ["scenario:", "unknown scenario 'chess'"],
+                     id="unknown-scenario"),
+    ],
+)
+def test_bad_run_file(tmp_path: Path, text: str, expected: list[str],
+                      monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # In-process, to keep the many cases fast; test_bad_run_file_in_a_process covers the
+    # process boundary. An unexpected exception here fails the test like a traceback would.
+    path = _write(tmp_path, text)
+    out = tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", ["populace", "run", str(path), "--out", str(out)])
+    with pytest.raises(SystemExit) as info:
+        main()
+    assert info.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith(f"error: {path}:"), lines[0]
+    for fragment in expected:
+        assert fragment in lines[0], lines[0]
+    assert not out.exists()  # nothing is created before the config is valid
+
+
+def test_bad_run_file_in_a_process(tmp_path: Path) -> None:
+    path = _write(tmp_path, "agents: 10\ngame:\n  ratio: 1/2\n  ratoi: 1/2\n")
+    proc = populace("run", path, "--out", tmp_path / "out")
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"error: {path}: game.ratoi: unknown key (expected one of: ratio, offset, low, high, "
+        "prompt, feedback, temperature, groups)"]
+
+
+def test_missing_run_file(tmp_path: Path) -> None:
+    proc = populace("run", tmp_path / "nope.yaml")
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"error: {tmp_path / 'nope.yaml'}: no such file"]
+
+
+def test_bad_override_names_the_key(tmp_path: Path, fast_example: Path) -> None:
+    proc = populace("run", fast_example, "--agents", "0", "--out", tmp_path / "out")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr
+    assert lines[0].startswith(f"error: {fast_example}: agents: ")
+
+
+def test_ctrl_c_keeps_finished_rounds(tmp_path: Path, fast_example: Path) -> None:
+    data = yaml.safe_load(fast_example.read_text())
+    data["models"]["dummy"]["latency"] = 0.3
+    fast_example.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    env = {**os.environ, "NO_COLOR": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "populace.cli", "run", str(fast_example), "--agents", "200",
+         "--rounds", "30", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("round 1/30"):
+                break
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines() == [
+        f"error: interrupted; results of finished rounds are in {out}"]
+    summary = read_summary(out)
+    assert summary["status"] == "interrupted"
+    done = len(summary["rounds"])
+    assert 1 <= done < 30
+    assert sorted(set(read_table(out).column("round").to_pylist())) == list(range(1, done + 1))
+
+
+def test_bench_json() -> None:
+    proc = populace("bench", "--agents", "2000", "--latency", "0.01", "--json")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1
+    result = json.loads(lines[0])
+    assert {"agents", "create_s", "round_s", "cpu_us_per_agent", "peak_rss_mb"} <= set(result)
+    assert result["agents"] == 2000
+    assert result["create_s"] >= 0
+    assert len(result["round_s"]) == len(result["cpu_us_per_agent"]) == 1
+    assert result["round_s"][0] >= 0.01  # every agent waited for the dummy model
+    assert result["cpu_us_per_agent"][0] > 0
+    assert result["peak_rss_mb"] > 10
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["bench", "--agents", "0"], "Invalid value for '--agents'"),
+        (["run"], "Missing argument"),
+    ],
+)
+def test_usage_errors(args: list[str], expected: str) -> None:
+    proc = populace(*args)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert expected in proc.stderr
+
+
+def test_no_arguments_shows_help() -> None:
+    proc = populace()
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert "run" in proc.stdout and "bench" in proc.stdout

@@ -1,0 +1,165 @@
+"""The run directory: atomic files, one Parquet file per round, consolidation, reading back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from populace.results import RunDirectory, atomic_write, read_summary, read_table
+
+
+def _round(round_no: int, n: int = 3) -> pa.Table:
+    return pa.table({
+        "round": pa.array([round_no] * n, pa.int32()),
+        "agent_id": pa.array(range(n), pa.int64()),
+        "number": pa.array([float(round_no * 10 + i) for i in range(n)]),
+    })
+
+
+def _leftovers(path: Path) -> list[str]:
+    """Temporary files a writer should have removed or renamed."""
+    return sorted(p.name for p in path.rglob("*") if p.name.startswith(".") or "tmp" in p.name)
+
+
+# -- atomic_write --------------------------------------------------------------------------------
+def test_atomic_write_creates_parents_and_replaces(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "b" / "file.txt"
+    atomic_write(target, b"first")
+    assert target.read_bytes() == b"first"
+    atomic_write(target, b"second")
+    assert target.read_bytes() == b"second"
+    assert _leftovers(tmp_path) == []
+
+
+def test_atomic_write_failure_keeps_the_old_file_and_leaves_no_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "file.txt"
+    atomic_write(target, b"old")
+
+    def broken_replace(src: str, dst: str) -> None:
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr("populace.results._rundir.os.replace", broken_replace)
+    with pytest.raises(OSError, match="disk on fire"):
+        atomic_write(target, b"new")
+    assert target.read_bytes() == b"old"
+    assert _leftovers(tmp_path) == []
+
+
+# -- RunDirectory.create -------------------------------------------------------------------------
+def test_create_makes_the_directory(tmp_path: Path) -> None:
+    rd = RunDirectory.create(tmp_path / "runs" / "one")
+    assert rd.path == tmp_path / "runs" / "one"
+    assert rd.path.is_dir()
+
+
+def test_create_accepts_an_existing_empty_directory(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("mine")
+    rd = RunDirectory.create(tmp_path / "out")
+    assert (rd.path / "notes.txt").read_text() == "mine"
+
+
+def test_create_refuses_a_directory_with_a_summary(tmp_path: Path) -> None:
+    RunDirectory.create(tmp_path).write_summary({"status": "completed"})
+    with pytest.raises(FileExistsError, match="already holds a run"):
+        RunDirectory.create(tmp_path)
+
+
+def test_create_refuses_a_directory_with_round_files(tmp_path: Path) -> None:
+    RunDirectory.create(tmp_path).write_round("responses", 1, _round(1))
+    with pytest.raises(FileExistsError, match=str(tmp_path)):
+        RunDirectory.create(tmp_path)
+
+
+# -- config, profiles, summary -------------------------------------------------------------------
+def test_write_config_profiles_and_summary(tmp_path: Path) -> None:
+    rd = RunDirectory.create(tmp_path)
+    config = {"name": "x", "game": {"ratio": "2/3", "prompt": "Pick — a number"}}
+    rd.write_config(config)
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text()) == config
+    # Key order is kept, as written.
+    assert (tmp_path / "config.yaml").read_text().startswith("name: x\n")
+
+    profiles = pa.table({"agent_id": pa.array([0, 1], pa.int64()), "group": [0, 1]})
+    rd.write_profiles(profiles)
+    assert pq.read_table(tmp_path / "profiles.parquet").equals(profiles)
+
+    rd.write_summary({"status": "running", "rounds": [{"round": 1, "mean": 1.5}]})
+    rd.write_summary({"status": "completed", "rounds": []})
+    assert read_summary(tmp_path) == {"status": "completed", "rounds": []}
+    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "completed"
+    assert _leftovers(tmp_path) == []
+
+
+def test_write_summary_refuses_nan(tmp_path: Path) -> None:
+    rd = RunDirectory.create(tmp_path)
+    rd.write_summary({"mean": 1.0})
+    with pytest.raises(ValueError):
+        rd.write_summary({"mean": float("nan")})
+    assert read_summary(tmp_path) == {"mean": 1.0}
+
+
+# -- rounds, consolidation, read_table -----------------------------------------------------------
+def test_write_round_names_files_by_round(tmp_path: Path) -> None:
+    rd = RunDirectory.create(tmp_path)
+    path = rd.write_round("responses", 7, _round(7))
+    assert path == tmp_path / "parts" / "responses-r00007.parquet"
+    assert pq.read_table(path).equals(_round(7))
+    assert _leftovers(tmp_path) == []
+
+
+def test_consolidate_joins_rounds_in_order(tmp_path: Path) -> None:
+    rd = RunDirectory.create(tmp_path)
+    # Written out of order, and past round 9 so that names must sort numerically.
+    for r in (10, 2, 1):
+        rd.write_round("responses", r, _round(r))
+    rd.write_round("other", 1, _round(99))
+    out = rd.consolidate("responses")
+    assert out == tmp_path / "responses.parquet"
+    table = pq.read_table(out)
+    assert table.column("round").to_pylist() == [1, 1, 1, 2, 2, 2, 10, 10, 10]
+    assert table.column("number").to_pylist()[:3] == [10.0, 11.0, 12.0]
+    assert table.schema.equals(_round(1).schema)
+    assert read_table(tmp_path).equals(table)
+    assert read_table(tmp_path, "other").column("number").to_pylist() == [990.0, 991.0, 992.0]
+    assert _leftovers(tmp_path) == []
+
+
+def test_consolidate_without_rounds_returns_none(tmp_path: Path) -> None:
+    rd = RunDirectory.create(tmp_path)
+    assert rd.consolidate("responses") is None
+    assert not (tmp_path / "responses.parquet").exists()
+
+
+def test_read_table_falls_back_to_round_files(tmp_path: Path) -> None:
+    rd = RunDirectory.create(tmp_path)
+    rd.write_round("responses", 1, _round(1))
+    rd.write_round("responses", 2, _round(2, n=2))
+    # No consolidation: a run that crashed after round 2.
+    table = read_table(str(tmp_path), "responses")
+    assert table.num_rows == 5
+    assert table.column("round").to_pylist() == [1, 1, 1, 2, 2]
+    assert table.column("agent_id").to_pylist() == [0, 1, 2, 0, 1]
+
+
+def test_read_table_prefers_the_consolidated_file(tmp_path: Path) -> None:
+    rd = RunDirectory.create(tmp_path)
+    rd.write_round("responses", 1, _round(1))
+    rd.consolidate("responses")
+    rd.write_round("responses", 2, _round(2))  # a stray part after consolidation
+    assert read_table(tmp_path).column("round").to_pylist() == [1, 1, 1]
+
+
+def test_read_table_without_any_file(tmp_path: Path) -> None:
+    RunDirectory.create(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"no responses\.parquet and no round files"):
+        read_table(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no profiles"):
+        read_table(tmp_path / "missing", "profiles")

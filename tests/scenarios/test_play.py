@@ -1,0 +1,475 @@
+"""Playing the guessing game end to end on the local backend, into a run directory."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+import yaml
+
+from populace.core import ModelError, derive_seed, seed_for
+from populace.llm import Completion, ModelStats
+from populace.results import RunDirectory, read_summary, read_table
+from populace.scenarios.guess_number import (
+    RESPONSE_SCHEMA,
+    Participant,
+    RoundOutcome,
+    RunConfig,
+    Timings,
+    play,
+)
+from populace.scenarios.guess_number import _play as play_module
+
+COLUMNS = ["round", "agent_id", "group", "model", "number", "valid", "raw", "error",
+           "latency_s", "prompt_tokens", "completion_tokens"]
+
+
+def make_config(**changes: Any) -> RunConfig:
+    """200 agents, 3 rounds on 2 workers, dummy model at 10 ms; ``game`` merged key by key."""
+    data: dict[str, Any] = {
+        "name": "test", "seed": 7, "agents": 200, "rounds": 3, "workers": 2,
+        "models": {"dummy": {"provider": "dummy", "latency": 0.01}},
+    }
+    game = changes.pop("game", {})
+    data.update(changes)
+    data["game"] = game
+    return RunConfig.model_validate(data)
+
+
+async def run_into(tmp_path: Path, config: RunConfig, name: str = "run") -> Path:
+    rd = RunDirectory.create(tmp_path / name)
+    await play(config, rd)
+    return rd.path
+
+
+def numbers_by_agent(table: pa.Table, round_no: int) -> list[float | None]:
+    rows = table.filter(pc.equal(table.column("round"), round_no))
+    order = np.argsort(rows.column("agent_id").to_numpy())
+    return [rows.column("number")[int(i)].as_py() for i in order]
+
+
+# -- a model the test controls -------------------------------------------------------------------
+class ScriptedModel:
+    """Answers ``answer(agent_id, round)`` and records every prompt, keyed the same way.
+
+    Participants pass ``seed=seed_for(derive_seed(run seed, round), agent id)``; inverting that tells
+    the model who is asking.
+    """
+
+    def __init__(self, name: str, config: RunConfig,
+                 answer: Callable[[int, int], str]) -> None:
+        self.name = name
+        self._who = {seed_for(derive_seed(config.seed, r), i): (i, r)
+                     for i in range(config.agents) for r in range(1, config.rounds + 1)}
+        self._answer = answer
+        self.prompts: dict[tuple[int, int], str] = {}
+        self.closed = False
+
+    async def complete(
+        self,
+        messages: Sequence[dict[str, str]],
+        *,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        max_tokens: int | None = None,
+        response_format: dict[str, Any] | None = None,
+    ) -> Completion:
+        assert seed is not None
+        agent, round_no = self._who[seed]
+        self.prompts[agent, round_no] = messages[-1]["content"]
+        await asyncio.sleep(0)  # answer on a later tick, like a real model
+        text = self._answer(agent, round_no)
+        return Completion(text, self.name, prompt_tokens=len(messages[-1]["content"]),
+                          completion_tokens=len(text))
+
+    def statistics(self) -> ModelStats:
+        return ModelStats(self.name, len(self.prompts), 0, 0, 0, 0)
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def scripted(monkeypatch: pytest.MonkeyPatch) -> Callable[..., list[ScriptedModel]]:
+    """``scripted(config, answer)`` makes play() build ScriptedModels; returns those built."""
+
+    def install(config: RunConfig, answer: Callable[[int, int], str]) -> list[ScriptedModel]:
+        built: list[ScriptedModel] = []
+
+        def build(name: str, _model_config: Any) -> ScriptedModel:
+            built.append(ScriptedModel(name, config, answer))
+            return built[-1]
+
+        monkeypatch.setattr(play_module, "build_model", build)
+        return built
+
+    return install
+
+
+def merged_prompts(models: list[ScriptedModel]) -> dict[tuple[int, int], str]:
+    out: dict[tuple[int, int], str] = {}
+    for m in models:
+        out.update(m.prompts)
+    return out
+
+
+# -- the run directory ---------------------------------------------------------------------------
+async def test_one_row_per_agent_per_round(tmp_path: Path) -> None:
+    config = make_config()
+    path = await run_into(tmp_path, config)
+    table = read_table(path)
+    assert table.column_names == COLUMNS
+    assert table.schema.equals(RESPONSE_SCHEMA)
+    assert table.num_rows == 200 * 3
+    pairs = set(zip(table.column("round").to_pylist(), table.column("agent_id").to_pylist(),
+                    strict=True))
+    assert pairs == {(r, a) for r in (1, 2, 3) for a in range(200)}
+    assert set(table.column("model").to_pylist()) == {"dummy"}
+    # The dummy model answers integers in [0, 100]: all valid, none failed.
+    assert all(table.column("valid").to_pylist())
+    assert table.column("error").null_count == 600
+    numbers = table.column("number").to_numpy()
+    assert numbers.min() >= 0 and numbers.max() <= 100
+    assert np.all(numbers == np.round(numbers))
+    assert [str(int(x)) for x in numbers[:20]] == table.column("raw").to_pylist()[:20]
+    latency = table.column("latency_s").to_numpy()
+    assert latency.min() >= 0.0 and latency.max() < 5.0
+    # Files: one part per round, the consolidated table, profiles, config.
+    assert sorted(p.name for p in (path / "parts").iterdir()) == [
+        "responses-r00001.parquet", "responses-r00002.parquet", "responses-r00003.parquet"]
+    profiles = read_table(path, "profiles")
+    assert profiles.num_rows == 200
+    assert profiles.column("agent_id").to_pylist() == list(range(200))
+
+
+async def test_summary_matches_the_responses(tmp_path: Path) -> None:
+    config = make_config(game={"ratio": "2/3"})
+    path = await run_into(tmp_path, config)
+    summary = read_summary(path)
+    assert summary["status"] == "completed"
+    assert "error" not in summary
+    assert (summary["agents"], summary["rounds_planned"], summary["seed"]) == (200, 3, 7)
+    assert summary["model"] == "dummy"
+    assert summary["wall_s"] > 0
+    table = read_table(path)
+    assert [r["round"] for r in summary["rounds"]] == [1, 2, 3]
+    for entry in summary["rounds"]:
+        rows = table.filter(pc.equal(table.column("round"), entry["round"]))
+        valid = rows.filter(rows.column("valid")).column("number").to_numpy()
+        # Recomputed here without score_round.
+        mean = valid.sum() / len(valid)
+        target = 2 / 3 * mean
+        dist = np.abs(valid - target)
+        winner = valid[dist == dist.min()].min()
+        assert entry["n"] == 200
+        assert entry["n_valid"] == len(valid)
+        assert entry["mean"] == pytest.approx(mean)
+        assert entry["median"] == pytest.approx(float(np.median(valid)))
+        assert entry["std"] == pytest.approx(float(np.sqrt(((valid - mean) ** 2).mean())))
+        assert entry["target"] == pytest.approx(target)
+        assert entry["winner_number"] == winner
+        assert entry["n_winners"] == int((valid == winner).sum())
+        assert entry["wall_s"] > 0
+
+
+async def test_config_and_profiles(tmp_path: Path) -> None:
+    config = make_config(game={"groups": 3})
+    path = await run_into(tmp_path, config)
+    written = yaml.safe_load((path / "config.yaml").read_text())
+    assert written == config.resolved()
+    assert written["game"]["ratio"] == "2/3"
+    assert written["game"]["groups"] == 3
+    assert written["models"]["dummy"]["latency"] == 0.01
+    assert RunConfig.model_validate(written) == config  # the written config reproduces the run
+    profiles = read_table(path, "profiles")
+    assert profiles.column("group").to_pylist() == [i % 3 for i in range(200)]
+
+
+async def test_groups_follow_the_game_setting(tmp_path: Path) -> None:
+    path = await run_into(tmp_path, make_config(rounds=1, game={"groups": 3}))
+    table = read_table(path)
+    ids = table.column("agent_id").to_numpy()
+    assert table.column("group").to_pylist() == (ids % 3).tolist()
+    assert set(table.column("group").to_pylist()) == {0, 1, 2}
+
+    path = await run_into(tmp_path, make_config(rounds=1), "one-group")
+    assert set(read_table(path).column("group").to_pylist()) == {0}
+
+
+# -- reproducibility ----------------------------------------------------------------------------
+async def test_same_seed_same_numbers_different_seed_different(tmp_path: Path) -> None:
+    a = read_table(await run_into(tmp_path, make_config(seed=11), "a"))
+    b = read_table(await run_into(tmp_path, make_config(seed=11, workers=3), "b"))
+    c = read_table(await run_into(tmp_path, make_config(seed=12), "c"))
+    for r in (1, 2, 3):
+        # Same seed: the same answer from every agent, however agents are spread over workers.
+        assert numbers_by_agent(a, r) == numbers_by_agent(b, r)
+        diff = sum(x != y for x, y in zip(numbers_by_agent(a, r), numbers_by_agent(c, r),
+                                          strict=True))
+        assert diff > 150  # 101 possible answers: most agents answer differently
+    # Rounds differ from one another too.
+    assert numbers_by_agent(a, 1) != numbers_by_agent(a, 2)
+
+
+async def test_play_without_run_directory_returns_the_summary() -> None:
+    timings = Timings()
+    summary = await play(make_config(rounds=2, agents=50), None, None, timings)
+    assert summary["status"] == "completed"
+    assert [r["round"] for r in summary["rounds"]] == [1, 2]
+    assert all(r["n_valid"] == 50 for r in summary["rounds"])
+    assert len(timings.round_wall_s) == len(timings.round_cpu_s) == 2
+    assert all(w >= 0.01 for w in timings.round_wall_s)  # the dummy waits 10 ms
+    assert timings.wall_s == summary["wall_s"] >= sum(timings.round_wall_s) - 1e-3
+    json.dumps(summary, allow_nan=False)
+
+
+async def test_reporter_sees_every_round() -> None:
+    events: list[tuple[Any, ...]] = []
+
+    class Recorder:
+        def round_started(self, round_no: int, total: int) -> None:
+            events.append(("started", round_no, total))
+
+        def round_progress(self, round_no: int, done: int, total: int) -> None:
+            assert 0 <= done <= total
+
+        def round_finished(self, outcome: RoundOutcome, wall_s: float) -> None:
+            events.append(("finished", outcome.round, outcome.n))
+
+    await play(make_config(rounds=2, agents=30), None, Recorder())
+    assert events == [("started", 1, 30), ("finished", 1, 30),
+                      ("started", 2, 30), ("finished", 2, 30)]
+
+
+# -- answers outside the rules -------------------------------------------------------------------
+async def test_out_of_range_answers_are_invalid_but_kept(tmp_path: Path) -> None:
+    # The dummy answers 0..100, the game only accepts 0..50.
+    path = await run_into(tmp_path, make_config(rounds=1, game={"low": 0, "high": 50}))
+    table = read_table(path)
+    raw = np.array([float(x) for x in table.column("raw").to_pylist()])
+    valid = table.column("valid").to_numpy(zero_copy_only=False)
+    assert np.array_equal(valid, raw <= 50)
+    assert 0 < valid.sum() < 200
+    numbers = table.column("number")
+    assert numbers.null_count == int((~valid).sum())
+    assert all(x <= 50 for x in numbers.to_pylist() if x is not None)
+    assert table.column("error").null_count == 200  # invalid is not an error
+    assert read_summary(path)["rounds"][0]["n_valid"] == int(valid.sum())
+
+
+async def test_unparsable_answers_and_model_errors(
+    tmp_path: Path, scripted: Callable[..., list[ScriptedModel]]
+) -> None:
+    config = make_config(agents=60, rounds=2, game={"ratio": "1/2"})
+
+    def answer(agent: int, round_no: int) -> str:
+        if agent % 10 == 3:
+            raise ModelError(f"server said no to agent {agent}")
+        if agent % 10 == 7:
+            return "I CAN'T"
+        return f"I pick {agent}"
+
+    models = scripted(config, answer)
+    path = await run_into(tmp_path, config)
+    assert len(models) == 2 and all(m.closed for m in models)  # one per worker, closed
+    summary = read_summary(path)
+    assert summary["status"] == "completed"
+    table = read_table(path)
+    assert table.num_rows == 120
+    for row in table.to_pylist():
+        agent = row["agent_id"]
+        if agent % 10 == 3:
+            assert row["valid"] is False
+            assert row["number"] is None and row["raw"] is None
+            assert row["error"] == f"ModelError: server said no to agent {agent}"
+            assert row["latency_s"] is None
+            assert (row["prompt_tokens"], row["completion_tokens"]) == (0, 0)
+        elif agent % 10 == 7:
+            assert (row["valid"], row["number"], row["raw"], row["error"]) == (
+                False, None, "I CAN'T", None)
+            assert row["completion_tokens"] == len("I CAN'T")
+        else:
+            assert (row["valid"], row["number"], row["error"]) == (True, float(agent), None)
+            assert row["raw"] == f"I pick {agent}"
+            assert row["prompt_tokens"] > 0
+            assert row["latency_s"] >= 0
+    valid = [a for a in range(60) if a % 10 not in (3, 7)]
+    mean = sum(valid) / len(valid)
+    for entry in summary["rounds"]:
+        assert (entry["n"], entry["n_valid"]) == (60, 48)
+        assert entry["mean"] == pytest.approx(mean)
+        assert entry["target"] == pytest.approx(mean / 2)
+        assert entry["winner_number"] == min(valid, key=lambda a: (abs(a - mean / 2), a))
+
+
+async def test_a_round_without_valid_answers(
+    tmp_path: Path, scripted: Callable[..., list[ScriptedModel]]
+) -> None:
+    config = make_config(agents=20, rounds=2)
+    models = scripted(config, lambda agent, round_no: "no idea")
+    path = await run_into(tmp_path, config)
+    summary = read_summary(path)
+    assert summary["status"] == "completed"
+    for entry in summary["rounds"]:
+        assert (entry["n"], entry["n_valid"], entry["n_winners"]) == (20, 0, 0)
+        assert entry["mean"] is entry["target"] is entry["winner_number"] is None
+    # No winner, so nothing to tell in round 2.
+    assert "previous round" not in merged_prompts(models)[0, 2]
+
+
+# -- what participants are told ------------------------------------------------------------------
+async def test_prompts_carry_the_rules_and_the_last_winner(
+    tmp_path: Path, scripted: Callable[..., list[ScriptedModel]]
+) -> None:
+    config = make_config(agents=40, game={"ratio": "1/2", "offset": 5, "low": 0, "high": 60})
+    models = scripted(config, lambda agent, round_no: str(10 + (agent * 7 + round_no) % 41))
+    path = await run_into(tmp_path, config)
+    prompts = merged_prompts(models)
+    assert set(prompts) == {(a, r) for a in range(40) for r in (1, 2, 3)}
+    rounds = read_summary(path)["rounds"]
+
+    first = prompts[0, 1]
+    assert "40 players" in first
+    assert "from 0 to 60" in first
+    assert "The target is 1/2 of the average of all numbers plus 5." in first
+    assert "previous round" not in first
+    for r in (2, 3):
+        last = rounds[r - 2]
+        told = (f"In the previous round the average was {last['mean']:.2f}, the target was "
+                f"{last['target']:.2f} and the winning number was {last['winner_number']:g}. ")
+        assert all(told in prompts[a, r] for a in range(40)), prompts[0, r]
+    # Everybody gets the same prompt in a round.
+    assert len({prompts[a, 2] for a in range(40)}) == 1
+
+
+async def test_custom_prompt_template(
+    tmp_path: Path, scripted: Callable[..., list[ScriptedModel]]
+) -> None:
+    config = make_config(agents=5, rounds=2, game={
+        "prompt": "Round {round} of {rounds}, ratio {ratio}, offset {offset}. {history}Go."})
+    models = scripted(config, lambda agent, round_no: "50")
+    await run_into(tmp_path, config)
+    prompts = merged_prompts(models)
+    assert prompts[0, 1] == "Round 1 of 2, ratio 2/3, offset 0. Go."
+    assert prompts[0, 2].startswith("Round 2 of 2, ratio 2/3, offset 0. In the previous round")
+    assert "winning number was 50. Go." in prompts[0, 2]
+
+
+@pytest.fixture
+def recorded_participants(monkeypatch: pytest.MonkeyPatch) -> list[Participant]:
+    """Make play() create participants that stay reachable after the run."""
+    created: list[Participant] = []
+
+    class Recorded(Participant):
+        __slots__ = ()
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            created.append(self)
+
+    monkeypatch.setattr(play_module, "Participant", Recorded)
+    return created
+
+
+async def test_feedback_reaches_every_memory(
+    tmp_path: Path, recorded_participants: list[Participant]
+) -> None:
+    path = await run_into(tmp_path, make_config(agents=50, game={"feedback": True}))
+    rounds = read_summary(path)["rounds"]
+    expected = [f"Round {r['round']} is over. The target was {r['target']:.2f} and the winning "
+                f"number was {r['winner_number']:g}." for r in rounds]
+    assert sorted(p.id for p in recorded_participants) == list(range(50))
+    for p in recorded_participants:
+        assert [m.content for m in p.memory] == expected
+        assert [m.metadata for m in p.memory] == [{"round": 1}, {"round": 2}, {"round": 3}]
+        assert {(m.sender, m.role) for m in p.memory} == {("moderator", "system")}
+
+
+async def test_no_feedback_no_memory_no_history(
+    tmp_path: Path, recorded_participants: list[Participant],
+    scripted: Callable[..., list[ScriptedModel]],
+) -> None:
+    config = make_config(agents=20, game={"feedback": False})
+    models = scripted(config, lambda agent, round_no: str(agent))
+    await run_into(tmp_path, config)
+    assert len(recorded_participants) == 20
+    assert all(len(p.memory) == 0 for p in recorded_participants)
+    prompts = merged_prompts(models)
+    assert prompts[0, 1] == prompts[0, 2] == prompts[0, 3]
+    assert "previous round" not in prompts[0, 3]
+
+
+# -- runs that stop early ------------------------------------------------------------------------
+class StopAt:
+    """A reporter that raises ``error`` when round ``round_no`` starts."""
+
+    def __init__(self, round_no: int, error: BaseException) -> None:
+        self.round_no = round_no
+        self.error = error
+
+    def round_started(self, round_no: int, total: int) -> None:
+        if round_no == self.round_no:
+            raise self.error
+
+    def round_progress(self, round_no: int, done: int, total: int) -> None:
+        pass
+
+    def round_finished(self, outcome: RoundOutcome, wall_s: float) -> None:
+        pass
+
+
+def _check_rounds_one_and_two_kept(path: Path) -> dict[str, Any]:
+    table = read_table(path)
+    assert table.num_rows == 2 * 200
+    assert sorted(set(table.column("round").to_pylist())) == [1, 2]
+    summary = read_summary(path)
+    assert [r["round"] for r in summary["rounds"]] == [1, 2]
+    assert summary["rounds_planned"] == 5
+    return summary
+
+
+async def test_crash_in_round_three_keeps_rounds_one_and_two(tmp_path: Path) -> None:
+    rd = RunDirectory.create(tmp_path / "run")
+    with pytest.raises(RuntimeError, match="reporter broke"):
+        await play(make_config(rounds=5), rd, StopAt(3, RuntimeError("reporter broke")))
+    summary = _check_rounds_one_and_two_kept(rd.path)
+    assert summary["status"] == "failed"
+    assert summary["error"] == "RuntimeError: reporter broke"
+
+    # The round files alone are enough, as after a hard kill before consolidation.
+    (rd.path / "responses.parquet").unlink()
+    assert read_table(rd.path).num_rows == 400
+
+
+def test_keyboard_interrupt_is_recorded_as_interrupted(tmp_path: Path) -> None:
+    rd = RunDirectory.create(tmp_path / "run")
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(play(make_config(rounds=5), rd, StopAt(3, KeyboardInterrupt())))
+    summary = _check_rounds_one_and_two_kept(rd.path)
+    assert summary["status"] == "interrupted"
+
+
+async def test_cancellation_is_recorded_as_interrupted(tmp_path: Path) -> None:
+    # asyncio.run delivers Ctrl-C to the main task as a cancellation.
+    rd = RunDirectory.create(tmp_path / "run")
+    task: asyncio.Task[Any] | None = None
+
+    class CancelAfterTwo(StopAt):
+        def round_finished(self, outcome: RoundOutcome, wall_s: float) -> None:
+            if outcome.round == 2:
+                assert task is not None
+                task.cancel()
+
+    task = asyncio.create_task(play(make_config(rounds=5), rd, CancelAfterTwo(0, RuntimeError())))
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    summary = _check_rounds_one_and_two_kept(rd.path)
+    assert summary["status"] == "interrupted"
