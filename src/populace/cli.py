@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import resource
 import sys
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from populace._procmem import PeakMemory
 from populace.config import load_config, read_yaml, validate
 from populace.core import ConfigError, PopulaceError
 from populace.results import RunDirectory
@@ -139,13 +139,6 @@ def run(
               soft_wrap=True)  # a path broken over lines cannot be copied
 
 
-def _peak_rss_mb() -> float:
-    # ru_maxrss is in KiB on Linux. Children cover worker processes of other backends.
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return (own + children) / 1024
-
-
 @app.command()
 def bench(
     agents: Annotated[int, typer.Option(min=1, help="number of agents")] = 100_000,
@@ -163,7 +156,8 @@ def bench(
         "backend": backend, "address": address,
     }, RunConfig, "bench options")
     timings = Timings()
-    asyncio.run(play(cfg, None, None, timings))
+    with PeakMemory() as peak:
+        asyncio.run(play(cfg, None, None, timings))
     cpu_us = [c / agents * 1e6 for c in timings.round_cpu_s]
     result = {
         "agents": agents, "latency_s": latency, "rounds": rounds, "workers": workers,
@@ -171,7 +165,7 @@ def bench(
         "round_s": [round(w, 4) for w in timings.round_wall_s],
         "overhead_s": [round(w - latency, 4) for w in timings.round_wall_s],
         "cpu_us_per_agent": [round(c, 2) for c in cpu_us],
-        "peak_rss_mb": round(_peak_rss_mb(), 1),
+        "peak_rss_mb": round(peak.mb, 1),
         "python": sys.version.split()[0],
     }
     if as_json:
@@ -184,7 +178,7 @@ def bench(
     for i, (w, c) in enumerate(zip(timings.round_wall_s, cpu_us, strict=True), 1):
         table.add_row(f"round {i} wall", f"{w:.3f} s")
         table.add_row(f"round {i} CPU per agent", f"{c:.2f} µs")
-    table.add_row("peak RSS", f"{result['peak_rss_mb']:.0f} MB")
+    table.add_row("peak RSS, all processes", f"{result['peak_rss_mb']:.0f} MB")
     out.print(table)
 
 

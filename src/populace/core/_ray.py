@@ -190,14 +190,22 @@ class RayBackend:
                 raise ConfigError(f"cannot join the Ray cluster at {self.address}: {e}") from None
             self._started_ray = True
         self._deliver = deliver
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        # Round-robin over the nodes that have CPUs, so workers (and their agents) are
+        # spread evenly; Ray's own SPREAD ignores actors that reserve no CPU.
+        nodes = sorted(n["NodeID"] for n in ray.nodes()
+                       if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0)
         actor_cls = ray.remote(WorkerActor)
-        self._actors = [
-            actor_cls.options(
+        self._actors = []
+        for i in range(n_workers):
+            strategy: Any = "DEFAULT"
+            if nodes:
+                strategy = NodeAffinitySchedulingStrategy(nodes[i % len(nodes)], soft=True)
+            self._actors.append(actor_cls.options(
                 name=f"{self._group}-{i}", namespace="populace", num_cpus=0,
-                scheduling_strategy="SPREAD", max_concurrency=1000,
-            ).remote(i, self._group)
-            for i in range(n_workers)
-        ]
+                scheduling_strategy=strategy, max_concurrency=1000,
+            ).remote(i, self._group))
         self._info = list(await asyncio.gather(*(a.ready.remote() for a in self._actors)))
         self._stats = [WorkerStats(i, 0, 0, 0, 0, 0) for i in range(n_workers)]
         loop = asyncio.get_running_loop()
