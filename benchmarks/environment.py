@@ -1,0 +1,261 @@
+"""Throughput of populace.environment: Env, EnvService from agents, Map2D queries.
+
+Four parts, each printed as a table:
+
+1. a local :class:`Env`: query (local and fall-through) and update (value, fn, with a
+   listener), plain synchronous calls in one loop;
+2. :class:`EnvService` from populace agents: ``--agents`` agents in a ``Simulation`` with
+   ``--workers`` local workers each do one ``incr`` per round, through the service directly
+   or through a per-worker :class:`EnvClient` (one batch per worker per tick), all on one
+   key or spread over distinct keys, at max_concurrency 1/8/64. A round in which agents do
+   nothing is timed too, so the service's share can be told from the agent-call overhead;
+3. async read-modify-writes that hold their key ``--hold-ms`` (an update whose function
+   awaits, say, a model): here per-key queueing and max_concurrency decide the throughput;
+4. :class:`Map2D` with ``--positions`` positions: bulk placement, moves, ``nearby`` and
+   ``k_nearest`` queries per second.
+
+    .venv/bin/python benchmarks/environment.py
+    .venv/bin/python benchmarks/environment.py --agents 20000 --positions 100000   # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from populace.core import Agent, PerWorker, Profile, Simulation
+from populace.environment import Env, EnvClient, EnvService, Map2D, Op
+
+
+def rate(n: int, seconds: float) -> str:
+    return f"{n / seconds:>12,.0f}/s"
+
+
+def timed(fn: Callable[[], Any], repeat: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+# -- 1. local Env ------------------------------------------------------------------------------
+
+def bench_local_env(n: int) -> None:
+    print(f"\n1. Local Env, {n:,} operations each (best of 3)")
+    world = Env("global")
+    group = world.child("group-1")
+    world.register("rules", "r")
+    group.register("score", 0)
+    keys = [f"agent/{i}" for i in range(1000)]
+    for k in keys:
+        group.register(k, 0)
+
+    def queries() -> None:
+        q = group.query
+        for _ in range(n):
+            q("score")
+
+    def fallthrough() -> None:
+        q = group.query
+        for _ in range(n):
+            q("rules")
+
+    def sets() -> None:
+        u = group.update
+        for i in range(n):
+            u("score", i)
+
+    def fns() -> None:
+        u = group.update
+        for _ in range(n):
+            u("score", fn=lambda v: v + 1)
+
+    def spread() -> None:
+        u = group.update
+        for i in range(n):
+            u(keys[i % 1000], i)
+
+    rows = [("query (local key)", queries), ("query (falls through to parent)", fallthrough),
+            ("update(key, value)", sets), ("update(key, fn=...)", fns),
+            ("update, 1,000 keys", spread)]
+    for label, fn in rows:
+        print(f"   {label:<40}{rate(n, timed(fn))}")
+    group.monitor(lambda e: None, key="score")
+    print(f"   {'update(key, value) + 1 key listener':<40}{rate(n, timed(sets))}")
+    svc = EnvService(world)
+
+    async def direct() -> None:
+        for _ in range(n):
+            await svc.incr("score", env="global/group-1")
+
+    async def batched() -> None:
+        await svc.apply([Op.incr("score", env="global/group-1")] * n)
+
+    for label, coro_fn in (("EnvService.incr, awaited one by one", direct),
+                           ("EnvService.apply, one batch", batched)):
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            asyncio.run(coro_fn())
+            best = min(best, time.perf_counter() - t0)
+        print(f"   {label:<40}{rate(n, best)}")
+
+
+# -- 2./3. EnvService from agents ---------------------------------------------------------------
+
+class Player(Agent):
+    __slots__ = ("env",)
+
+    def __init__(self, id: int, profile: Profile | None = None, *, env: Any) -> None:
+        super().__init__(id, profile)
+        self.env = env
+
+
+async def idle(agent: Player, spread: bool) -> None:
+    return None
+
+
+async def bump(agent: Player, spread: bool) -> Any:
+    return await agent.env.incr(f"k{agent.id}" if spread else "k0")
+
+
+async def hold(agent: Player, spread: bool, hold_s: float) -> Any:
+    async def slow_plus_one(old: int) -> int:
+        await asyncio.sleep(hold_s)
+        return old + 1
+
+    return await agent.env.update(f"k{agent.id}" if spread else "k0", fn=slow_plus_one)
+
+
+async def service_round(n: int, workers: int, rounds: int, via: str, spread: bool,
+                        concurrency: int, body: Callable[..., Any], *args: Any
+                        ) -> tuple[float, float]:
+    """(best round, idle round) wall seconds; checks that no increment was lost."""
+    svc = EnvService(Env("global"), max_concurrency=concurrency)
+    keys = n if spread else 1
+    await svc.apply([Op.register(f"k{i}", 0) for i in range(keys)])
+    env: Any = svc if via == "service" else PerWorker(EnvClient, svc)
+    async with Simulation(workers=workers) as sim:
+        group = await sim.create(Player, n, init={"env": env})
+        await group.map(idle, spread)  # warm-up
+        t0 = time.perf_counter()
+        await group.map(idle, spread)
+        idle_s = time.perf_counter() - t0
+        times = []
+        for _ in range(rounds):
+            gc.collect()
+            t0 = time.perf_counter()
+            await group.map(body, spread, *args)
+            times.append(time.perf_counter() - t0)
+    total = sum((await svc.query_prefix("k")).values())
+    assert total == n * rounds, (total, n * rounds)
+    return min(times), idle_s
+
+
+def bench_service(n: int, workers: int, rounds: int) -> None:
+    print(f"\n2. EnvService from {n:,} agents on {workers} workers, one incr per agent per "
+          f"round (best of {rounds})")
+    print(f"   {'path':<9}{'keys':<8}{'max_conc':>9}{'round':>10}{'idle round':>12}"
+          f"{'ops/s (round)':>16}{'ops/s (net)':>14}")
+    for via in ("service", "client"):
+        for spread in (False, True):
+            for conc in (1, 8, 64):
+                best, idle_s = asyncio.run(service_round(n, workers, rounds, via, spread, conc,
+                                                         bump))
+                net = max(best - idle_s, 1e-9)
+                print(f"   {via:<9}{'spread' if spread else 'one':<8}{conc:>9}"
+                      f"{best * 1e3:>8.0f}ms{idle_s * 1e3:>10.0f}ms"
+                      f"{n / best:>16,.0f}{n / net:>14,.0f}")
+
+
+def bench_hold(n: int, workers: int, hold_ms: float) -> None:
+    print(f"\n3. Async read-modify-writes holding their key {hold_ms:g} ms, {n:,} agents on "
+          f"{workers} workers (one round)")
+    print(f"   {'keys':<8}{'max_conc':>9}{'round':>10}{'ops/s':>12}")
+    for spread in (False, True):
+        for conc in (1, 8, 64):
+            best, _ = asyncio.run(service_round(n, workers, 1, "service", spread, conc, hold,
+                                                hold_ms / 1e3))
+            print(f"   {'spread' if spread else 'one':<8}{conc:>9}{best * 1e3:>8.0f}ms"
+                  f"{n / best:>12,.0f}")
+
+
+# -- 4. Map2D ----------------------------------------------------------------------------------
+
+def bench_map(n: int, queries: int, seed: int = 0) -> None:
+    side = float(np.sqrt(n))  # one position per unit of area on average
+    rng = np.random.default_rng(seed)
+    xs, ys = rng.uniform(0, side, n), rng.uniform(0, side, n)
+    print(f"\n4. Map2D, {n:,} positions on {side:,.0f} x {side:,.0f} (density 1 per unit "
+          "area), cell 2.0")
+    m = Map2D(side, side, 2.0)
+    t0 = time.perf_counter()
+    m.place_many(np.arange(n), xs, ys)
+    m.nearby((0.0, 0.0), 1.0)  # includes the index build
+    print(f"   {'place_many + index build':<40}{(time.perf_counter() - t0) * 1e3:>10.0f} ms")
+    qx, qy = rng.uniform(0, side, queries), rng.uniform(0, side, queries)
+    pts = list(zip(qx.tolist(), qy.tolist(), strict=True))
+    for label, fn in (
+        ("nearby r=2 (~13 found)", lambda p: m.nearby(p, 2.0)),
+        ("nearby r=5 (~79 found)", lambda p: m.nearby(p, 5.0)),
+        ("nearby r=20 (~1,257 found)", lambda p: m.nearby(p, 20.0)),
+        ("k_nearest k=10", lambda p: m.k_nearest(p, 10)),
+        ("k_nearest k=100", lambda p: m.k_nearest(p, 100)),
+    ):
+        found = []
+        t0 = time.perf_counter()
+        for p in pts:
+            found.append(len(fn(p)))
+        dt = time.perf_counter() - t0
+        print(f"   {label:<40}{rate(queries, dt)}   (mean found {statistics.fmean(found):.1f})")
+    movers = rng.choice(n, queries, replace=False)
+    mx, my = rng.uniform(0, side, queries), rng.uniform(0, side, queries)
+    t0 = time.perf_counter()
+    for i, x, y in zip(movers.tolist(), mx.tolist(), my.tolist(), strict=True):
+        m.move(i, x, y)
+    dt = time.perf_counter() - t0
+    print(f"   {'move (one at a time)':<40}{rate(queries, dt)}")
+    t0 = time.perf_counter()
+    for p in pts:
+        m.nearby(p, 2.0)
+    dt = time.perf_counter() - t0
+    print(f"   {'nearby r=2 after the moves (overlay)':<40}{rate(queries, dt)}")
+    t0 = time.perf_counter()
+    m.move_many(np.arange(n), rng.uniform(0, side, n), rng.uniform(0, side, n))
+    m.nearby((0.0, 0.0), 1.0)
+    print(f"   {'move_many (all) + index rebuild':<40}{(time.perf_counter() - t0) * 1e3:>10.0f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env-ops", type=int, default=1_000_000)
+    parser.add_argument("--agents", type=int, default=100_000)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--hold-agents", type=int, default=2_000)
+    parser.add_argument("--hold-ms", type=float, default=1.0)
+    parser.add_argument("--positions", type=int, default=1_000_000)
+    parser.add_argument("--queries", type=int, default=20_000)
+    parser.add_argument("--only", choices=["env", "service", "hold", "map"], default=None)
+    args = parser.parse_args()
+    if args.only in (None, "env"):
+        bench_local_env(args.env_ops)
+    if args.only in (None, "service"):
+        bench_service(args.agents, args.workers, args.rounds)
+    if args.only in (None, "hold"):
+        bench_hold(args.hold_agents, args.workers, args.hold_ms)
+    if args.only in (None, "map"):
+        bench_map(args.positions, args.queries)
+
+
+if __name__ == "__main__":
+    main()

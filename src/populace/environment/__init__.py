@@ -1,0 +1,45 @@
+"""Environments: shared state that agents read, change and react to.
+
+- :class:`Env` -- a tree of key/value environments (global ▸ group ▸ …) with fall-through
+  reads, atomic read-modify-write, and listeners (:meth:`Env.monitor`).
+- :class:`EnvService` -- one environment served to many agents: operations queued per key,
+  applied in arrival order, different keys in parallel up to ``max_concurrency``;
+  :class:`EnvClient` batches a worker's operations of one tick into one message; :class:`Op`
+  is an operation as picklable data.
+- :class:`Timeline` -- the simulated clock; :class:`Map2D` -- positions and neighbours.
+
+Errors derive from :class:`EnvError` (itself a :class:`populace.core.PopulaceError`).
+"""
+
+from ._env import Env, EnvEvent, EnvStats, EventKind
+from ._errors import DuplicateKeyError, EnvError, ServiceClosed, UnknownKeyError
+from ._listeners import ListenerError, Subscription
+from ._map import Map2D, MapStats, Watch
+from ._ops import Op, OpKind, Reply
+from ._service import ClientStats, EnvClient, EnvService, ServiceStats
+from ._timeline import Timeline, TimeStep
+
+__all__ = [
+    "ClientStats",
+    "DuplicateKeyError",
+    "Env",
+    "EnvClient",
+    "EnvError",
+    "EnvEvent",
+    "EnvService",
+    "EnvStats",
+    "EventKind",
+    "ListenerError",
+    "Map2D",
+    "MapStats",
+    "Op",
+    "OpKind",
+    "Reply",
+    "ServiceClosed",
+    "ServiceStats",
+    "Subscription",
+    "TimeStep",
+    "Timeline",
+    "UnknownKeyError",
+    "Watch",
+]

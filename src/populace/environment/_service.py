@@ -1,0 +1,440 @@
+"""The environment service: many agents' operations on one environment, queued per key.
+
+Operations on the same key are applied strictly in arrival order; operations on different
+keys proceed concurrently, at most ``max_concurrency`` at a time. Most operations are
+synchronous (a query, a ``set``, an ``incr``) and complete the moment they are admitted; the
+queues matter for read-modify-writes whose function is ``async`` (it asks a model, waits for
+another agent): such an operation holds its key, and a slot, until it finishes, and later
+operations on that key wait behind it instead of overwriting its result.
+
+Nothing here needs ``asyncio.current_task()``: callers wait on populace placeholders and
+signals, which the worker's coroutine driver resumes directly, so agents use the service as
+cheaply as ordinary tasks do.
+
+An :class:`EnvClient` (one per worker: ``PerWorker(EnvClient, service)``) collects the
+operations its agents issue in one loop tick and sends them as one batch, which is what
+crosses the wire when the service lives elsewhere. Ops and replies are plain picklable
+records, so a Ray actor can wrap a service by exposing :meth:`EnvService.apply`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections import deque
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from populace.core import Placeholder, Signal
+
+from ._env import Env, EnvStats
+from ._errors import ServiceClosed, UnknownKeyError
+from ._ops import KEYLESS, EnvVerbs, Op, Reply, apply_now
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceStats:
+    """A snapshot of an :class:`EnvService`."""
+
+    max_concurrency: int
+    ops: int
+    batches: int
+    active: int
+    queued: int
+    peak_queued: int
+    waiting_keys: int
+    env: EnvStats
+
+
+@dataclass(frozen=True, slots=True)
+class ClientStats:
+    """A snapshot of an :class:`EnvClient`: how well its agents' operations are batched."""
+
+    batches: int
+    ops: int
+    largest_batch: int
+    pending: int
+
+
+class _Sink:
+    """Collects the outcomes of one submitted batch; resolves its placeholder at the end."""
+
+    __slots__ = ("left", "placeholder", "reply")
+
+    def __init__(self, reply: Reply, placeholder: Placeholder[Reply], left: int) -> None:
+        self.reply = reply
+        self.placeholder = placeholder
+        self.left = left
+
+    def done(self, i: int, value: Any) -> None:
+        self.reply.values[i] = value
+        self.left -= 1
+        if not self.left:
+            self.placeholder.set_result(self.reply)
+
+    def failed(self, i: int, error: BaseException) -> None:
+        self.reply.errors[i] = error
+        self.left -= 1
+        if not self.left:
+            self.placeholder.set_result(self.reply)
+
+
+class _Entry:
+    """An op waiting behind its key or for a free slot."""
+
+    __slots__ = ("env", "index", "op", "sink")
+
+    def __init__(self, env: Env, op: Op, sink: _Sink, index: int) -> None:
+        self.env = env
+        self.op = op
+        self.sink = sink
+        self.index = index
+
+
+QueueKey = tuple[Env, str | None]
+
+
+class EnvService(EnvVerbs):
+    """Serves one environment tree to many agents, with per-key ordering.
+
+    Keys are queued where they live: ops from two group environments on a key of their
+    common parent share one queue. While the service runs, write through it rather than to
+    :attr:`env` directly: a direct write can land between the read and the write of an
+    ``async`` update holding the key (reads and listeners on :attr:`env` are fine).
+
+    To serve from another process, wrap it in an actor exposing ``apply`` (ops and
+    :class:`Reply` pickle; ``submit`` needs the caller's loop and stays local).
+
+    >>> async def demo():
+    ...     svc = EnvService(Env("global"), max_concurrency=8)
+    ...     await svc.register("visits", 0)
+    ...     await svc.incr("visits")
+    ...     return await svc.apply([Op.incr("visits"), Op.query("visits")])
+    ... # -> [2, 2]
+    """
+
+    def __init__(self, env: Env | None = None, *, max_concurrency: int = 64) -> None:
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        self._env = env if env is not None else Env("global")
+        self._max = max_concurrency
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._envs: dict[str | None, Env] = {None: self._env}
+        # A key has a queue while an op holds it or ops wait for it; _ready lists the keys
+        # whose queue waits only for a free slot, oldest first.
+        self._queues: dict[QueueKey, deque[_Entry]] = {}
+        self._ready: deque[QueueKey] = deque()
+        self._active = 0
+        self._queued = 0
+        self._peak_queued = 0
+        self._n_ops = 0
+        self._n_batches = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    @property
+    def env(self) -> Env:
+        """The environment served (listeners are set up on it directly: they run here)."""
+        return self._env
+
+    @property
+    def max_concurrency(self) -> int:
+        return self._max
+
+    def __repr__(self) -> str:
+        return (f"<EnvService {self._env.path!r} max_concurrency={self._max} "
+                f"active={self._active} queued={self._queued}>")
+
+    # -- entry points ------------------------------------------------------------------------
+    def submit(self, ops: Sequence[Op]) -> Placeholder[Reply]:
+        """Admit ``ops`` in order; a placeholder of their :class:`Reply` (maybe done already).
+
+        This is the batched path that clients and transports use; ``await`` the result or
+        ``add_done_callback`` on it.
+        """
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        if self._closed:
+            raise ServiceClosed("the environment service is closed")
+        n = len(ops)
+        reply = Reply([None] * n)
+        placeholder: Placeholder[Reply] = Placeholder(loop, "environment batch")
+        sink = _Sink(reply, placeholder, n + 1)  # +1: not done before every op is admitted
+        self._n_ops += n
+        self._n_batches += 1
+        for i, op in enumerate(ops):
+            self._admit(op, sink, i)
+        sink.left -= 1
+        if not sink.left:
+            placeholder.set_result(reply)
+        return placeholder
+
+    async def apply(self, ops: Sequence[Op], *, return_exceptions: bool = False) -> list[Any]:
+        reply = await self.submit(ops)
+        return reply.results(return_exceptions)
+
+    async def _one(self, op: Op) -> Any:
+        if not self._queues and self._active < self._max and op.kind != "update":
+            # Nothing waits anywhere: a synchronous op is admitted and done at once.
+            if self._closed:
+                raise ServiceClosed("the environment service is closed")
+            env = self._envs.get(op.env) or self._find(op.env)
+            self._n_ops += 1
+            return apply_now(env, op)
+        reply = await self.submit([op])
+        return reply.result(0)
+
+    # -- scheduling --------------------------------------------------------------------------
+    def _find(self, path: str | None) -> Env:
+        env = self._envs.get(path)
+        if env is None:
+            assert path is not None
+            env = self._envs[path] = self._env.find(path)
+        return env
+
+    def _admit(self, op: Op, sink: _Sink, i: int) -> None:
+        try:
+            env = self._envs.get(op.env) or self._find(op.env)
+        except LookupError as error:
+            sink.failed(i, error)
+            return
+        queues = self._queues
+        if not queues and self._active < self._max and op.kind != "update":
+            try:  # nothing waits anywhere: a synchronous op is done at once
+                value = apply_now(env, op)
+            except Exception as error:
+                sink.failed(i, error)
+            else:
+                sink.done(i, value)
+            return
+        if op.kind in KEYLESS:
+            qkey: QueueKey = (env, None)
+        elif op.kind == "register":
+            qkey = (env, op.key)
+        else:
+            qkey = (env._home(op.key) or env, op.key)
+        if queues:
+            queue = queues.get(qkey)
+            if queue is not None:  # the key is held or waiting: line up behind
+                queue.append(_Entry(env, op, sink, i))
+                self._count_queued(1)
+                return
+        if self._active >= self._max:
+            queues[qkey] = deque((_Entry(env, op, sink, i),))
+            self._ready.append(qkey)
+            self._count_queued(1)
+            return
+        self._execute(qkey, env, op, sink, i)
+
+    def _count_queued(self, n: int) -> None:
+        self._queued += n
+        if self._queued > self._peak_queued:
+            self._peak_queued = self._queued
+
+    def _execute(self, qkey: QueueKey, env: Env, op: Op, sink: _Sink, i: int) -> bool:
+        """Run ``op``; False when an async update now holds ``qkey`` (and a slot)."""
+        if op.kind != "update":
+            try:
+                value = apply_now(env, op)
+            except Exception as error:
+                sink.failed(i, error)
+            else:
+                sink.done(i, value)
+            return True
+        try:
+            home = env._home(op.key)
+            if home is None:
+                raise UnknownKeyError(op.key, env.path)
+            new = op.arg(home._data[op.key])
+        except Exception as error:
+            sink.failed(i, error)
+            return True
+        if not hasattr(new, "__await__"):
+            try:
+                value = env.update(op.key, new)
+            except Exception as error:
+                sink.failed(i, error)
+            else:
+                sink.done(i, value)
+            return True
+        assert self._loop is not None
+        self._active += 1
+        if qkey not in self._queues:
+            self._queues[qkey] = deque()
+        task = self._loop.create_task(self._hold(qkey, env, op.key, new, sink, i))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return False
+
+    async def _hold(self, qkey: QueueKey, env: Env, key: str, pending: Awaitable[Any],
+                    sink: _Sink, i: int) -> None:
+        """Finish an async read-modify-write, then let the next op on its key go."""
+        try:
+            new = await pending
+            value = env.update(key, new)
+        except asyncio.CancelledError:
+            sink.failed(i, ServiceClosed("the environment service closed during this update"))
+            raise
+        except Exception as error:
+            sink.failed(i, error)
+        else:
+            sink.done(i, value)
+        finally:
+            self._active -= 1
+            if self._queues[qkey]:
+                self._ready.append(qkey)
+            else:
+                del self._queues[qkey]
+            if not self._closed:
+                self._pump()
+
+    def _pump(self) -> None:
+        """Start waiting keys while slots are free, oldest first."""
+        ready, queues = self._ready, self._queues
+        while ready and self._active < self._max:
+            qkey = ready.popleft()
+            queue = queues[qkey]
+            held = False
+            while queue:
+                entry = queue.popleft()
+                self._queued -= 1
+                if not self._execute(qkey, entry.env, entry.op, entry.sink, entry.index):
+                    held = True
+                    break
+            if not held:
+                del queues[qkey]
+
+    # -- lifecycle and observation -------------------------------------------------------------
+    def statistics(self) -> ServiceStats:
+        return ServiceStats(
+            max_concurrency=self._max,
+            ops=self._n_ops,
+            batches=self._n_batches,
+            active=self._active,
+            queued=self._queued,
+            peak_queued=self._peak_queued,
+            waiting_keys=len(self._ready),
+            env=self._env.statistics(),
+        )
+
+    async def aclose(self) -> None:
+        """Refuse new ops, cancel async updates in progress, fail the waiting ops."""
+        if self._closed:
+            return
+        self._closed = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        queues, self._queues = self._queues, {}
+        self._ready.clear()
+        self._queued = 0
+        for queue in queues.values():
+            for entry in queue:
+                entry.sink.failed(entry.index, ServiceClosed(
+                    "the environment service closed before this operation ran"))
+
+    async def __aenter__(self) -> EnvService:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class _Batch:
+    __slots__ = ("ops", "reply", "sent", "signal")
+
+    def __init__(self, signal: Signal) -> None:
+        self.ops: list[Op] = []
+        self.signal = signal
+        self.reply: Reply | None = None
+        self.sent = False
+
+
+class EnvClient(EnvVerbs):
+    """The service as seen from one worker: operations of one tick go as one batch.
+
+    Build one per worker and give it to the agents:
+
+    >>> service = EnvService(Env("global"))                            # doctest: +SKIP
+    >>> await sim.create(Person, 100_000,
+    ...                  init={"env": PerWorker(EnvClient, service)})  # doctest: +SKIP
+
+    ``service`` is anything with the :meth:`EnvService.submit` signature (a local service,
+    or a proxy to a remote one).
+    """
+
+    def __init__(self, service: EnvService, *, max_batch: int = 1 << 20) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self._service = service
+        self._max_batch = max_batch
+        self._batch: _Batch | None = None
+        self._n_batches = 0
+        self._n_ops = 0
+        self._largest = 0
+
+    @property
+    def service(self) -> EnvService:
+        return self._service
+
+    async def _one(self, op: Op) -> Any:
+        batch = self._batch or self._open()
+        i = len(batch.ops)
+        batch.ops.append(op)
+        if i + 1 >= self._max_batch:
+            self._send(batch)
+        await batch.signal
+        assert batch.reply is not None
+        return batch.reply.result(i)
+
+    async def apply(self, ops: Sequence[Op], *, return_exceptions: bool = False) -> list[Any]:
+        batch = self._batch or self._open()
+        first = len(batch.ops)
+        batch.ops.extend(ops)
+        if len(batch.ops) >= self._max_batch:
+            self._send(batch)
+        await batch.signal
+        assert batch.reply is not None
+        part = Reply(batch.reply.values[first:first + len(ops)],
+                     {i - first: e for i, e in batch.reply.errors.items()
+                      if first <= i < first + len(ops)})
+        return part.results(return_exceptions)
+
+    def _open(self) -> _Batch:
+        loop = asyncio.get_running_loop()
+        batch = self._batch = _Batch(Signal(loop))
+        loop.call_soon(self._send, batch)
+        return batch
+
+    def _send(self, batch: _Batch) -> None:
+        if self._batch is batch:
+            self._batch = None
+        if batch.sent:
+            return
+        batch.sent = True
+        n = len(batch.ops)
+        self._n_batches += 1
+        self._n_ops += n
+        self._largest = max(self._largest, n)
+        try:
+            placeholder = self._service.submit(batch.ops)
+        except Exception as error:
+            # One instance per op: the runtime adds a note per failing agent to the error.
+            self._deliver(batch, Reply([None] * n, {i: copy.copy(error) for i in range(n)}))
+            return
+        if placeholder.done():
+            self._deliver(batch, placeholder.result())
+        else:
+            placeholder.add_done_callback(lambda p: self._deliver(batch, p.result()))
+
+    def _deliver(self, batch: _Batch, reply: Reply) -> None:
+        batch.reply = reply
+        batch.signal.fire()
+
+    def statistics(self) -> ClientStats:
+        pending = len(self._batch.ops) if self._batch is not None else 0
+        return ClientStats(self._n_batches, self._n_ops, self._largest, pending)
