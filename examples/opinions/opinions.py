@@ -189,7 +189,7 @@ async def run(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _print(result: dict[str, Any]) -> None:
+def report(result: dict[str, Any]) -> None:
     print(f"{'day':>4} {'date':<11}{'mean':>7}{'std':>7}{'meetings':>10}{'agreed':>8}"
           f"{'mood W':>8}{'mood E':>8}{'visits W':>10}{'visits E':>10}")
     for d in result["days"]:
@@ -212,7 +212,7 @@ def main() -> None:
     for key in ("radius", "confidence", "convergence", "walk"):
         parser.add_argument(f"--{key}", type=float, default=DEFAULTS[key])
     args = parser.parse_args()
-    _print(asyncio.run(run(vars(args))))
+    report(asyncio.run(run(vars(args))))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ one line on stderr and a non-zero exit status; tracebacks are for bugs only.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import inspect
 import json
 import sys
 import time
@@ -83,12 +85,65 @@ class RichReporter:
 
 
 def _load(config: Path, overrides: dict[str, Any]) -> RunConfig:
-    data = read_yaml(config)
-    scenario = data.get("scenario", "guess_number")
+    scenario = read_yaml(config).get("scenario", "guess_number")
     if scenario not in SCENARIOS:
-        raise ConfigError(f"{config}: scenario: unknown scenario {scenario!r} "
-                          f"(expected one of: {', '.join(SCENARIOS)})")
+        raise ConfigError(f"{config}: scenario: unknown scenario {scenario!r} (expected one "
+                          f"of: {', '.join(SCENARIOS)}, or a path to a .py file)")
     return load_config(config, SCENARIOS[scenario], overrides)
+
+
+def _scenario_module(config: Path, spec: str) -> Any:
+    """Import a user scenario file named (relative to the run file) by ``scenario:``."""
+    path = (config.parent / spec).resolve()
+    if not path.is_file():
+        raise ConfigError(f"{config}: scenario: no such file {path}")
+    module_spec = importlib.util.spec_from_file_location(f"populace_user_{path.stem}", path)
+    if module_spec is None or module_spec.loader is None:
+        raise ConfigError(f"{config}: scenario: cannot import {path}")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_spec.name] = module  # dataclasses and pickling look modules up here
+    module_spec.loader.exec_module(module)
+    if not inspect.iscoroutinefunction(getattr(module, "run", None)):
+        raise ConfigError(f"{config}: scenario: {path.name} has no `async def run(config)`")
+    return module
+
+
+def _run_file_scenario(config: Path, overrides: dict[str, Any], out_dir: Path | None) -> None:
+    """``scenario: some_file.py`` — the file's ``run(config) -> dict`` does the work.
+
+    Its ``DEFAULTS`` dict (if any) lists the keys the run file may set; its ``report(result)``
+    (if any) prints the result.
+    """
+    data = read_yaml(config)
+    module = _scenario_module(config, data.pop("scenario"))
+    name = str(data.pop("name", Path(module.__file__ or "scenario").stem))
+    defaults: dict[str, Any] | None = getattr(module, "DEFAULTS", None)
+    if defaults is not None:
+        for key in data:
+            if key not in defaults:
+                raise ConfigError(f"{config}: {key}: unknown key (expected one of: "
+                                  f"{', '.join(defaults)})")
+    for key, value in overrides.items():
+        if value is not None and (defaults is None or key in defaults):
+            data[key] = value
+    target = out_dir or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        run_dir = RunDirectory.create(target)
+    except FileExistsError as e:
+        raise _Fail(str(e), EXIT_CONFIG) from None
+    resolved = {**(defaults or {}), **data}
+    run_dir.write_config(json.loads(json.dumps(resolved, default=str)))
+    out.print(f"[bold]{name}[/bold]: scenario {module.__file__}", soft_wrap=True)
+    started = time.perf_counter()
+    result = asyncio.run(module.run(data))
+    report = getattr(module, "report", None)
+    if callable(report):
+        report(result)
+    summary = {"name": name, "status": "completed", "result": result,
+               "wall_s": round(time.perf_counter() - started, 4)}
+    run_dir.write_summary(json.loads(json.dumps(summary, default=str)))
+    out.print(f"wall time {summary['wall_s']:.2f} s; results in [bold]{run_dir.path}[/bold]",
+              soft_wrap=True)
 
 
 def _summary_table(summary: dict[str, Any]) -> Table:
@@ -117,6 +172,11 @@ def run(
                                                  "(default runs/NAME-TIMESTAMP)")] = None,
 ) -> None:
     """Run a simulation from a run file and write its run directory."""
+    scenario = read_yaml(config).get("scenario")
+    if isinstance(scenario, str) and scenario.endswith(".py"):
+        _run_file_scenario(config, {"agents": agents, "rounds": rounds, "workers": workers,
+                                    "seed": seed}, out_dir)
+        return
     cfg = _load(config, {"agents": agents, "rounds": rounds, "workers": workers, "seed": seed,
                          "backend": backend, "address": address})
     target = out_dir or Path("runs") / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -180,6 +240,51 @@ def bench(
         table.add_row(f"round {i} CPU per agent", f"{c:.2f} µs")
     table.add_row("peak RSS, all processes", f"{result['peak_rss_mb']:.0f} MB")
     out.print(table)
+
+
+@app.command("serve-llm")
+def serve_llm(
+    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="port (0: any free one)")] = 8000,
+    model: Annotated[list[str] | None, typer.Option(help="model name served (repeatable)")
+                     ] = None,
+    latency: Annotated[float, typer.Option(min=0, help="seconds per answer")] = 0.0,
+    latency_max: Annotated[float | None, typer.Option(
+        help="with --latency: answer after a uniform time in [latency, latency-max]")] = None,
+    policy: Annotated[str, typer.Option(help="random | reasoning | echo")] = "reasoning",
+    low: Annotated[int, typer.Option(help="smallest number answered")] = 0,
+    high: Annotated[int, typer.Option(help="largest number answered")] = 100,
+    error_500: Annotated[float, typer.Option(min=0, max=1, help="share of HTTP 500s")] = 0.0,
+    error_429: Annotated[float, typer.Option(min=0, max=1, help="share of HTTP 429s")] = 0.0,
+    error_timeout: Annotated[float, typer.Option(min=0, max=1, help="share never answered")
+                             ] = 0.0,
+    malformed: Annotated[float, typer.Option(min=0, max=1, help="share of broken JSON bodies")
+                         ] = 0.0,
+    seed: Annotated[int, typer.Option(help="seed of answers and injected errors")] = 0,
+    api_key: Annotated[str | None, typer.Option(help="require this bearer token")] = None,
+) -> None:
+    """Serve an OpenAI-compatible test LLM (/v1/models, /v1/chat/completions, /v1/completions)."""
+    from populace.llm import ServerOptions, serve
+
+    try:
+        options = ServerOptions(
+            models=tuple(model or ["dummy"]),
+            latency=(latency, latency_max) if latency_max is not None else latency,
+            policy=policy,  # type: ignore[arg-type]
+            low=low, high=high, rate_500=error_500, rate_429=error_429,
+            rate_timeout=error_timeout, rate_malformed=malformed, seed=seed, api_key=api_key,
+        )
+    except ValueError as e:
+        raise _Fail(f"serve-llm: {e}", EXIT_CONFIG) from None
+
+    def ready(url: str) -> None:
+        out.print(f"serving {', '.join(options.models)} at [bold]{url}[/bold] (Ctrl-C stops)",
+                  soft_wrap=True)
+
+    try:
+        asyncio.run(serve(host, port, options, ready=ready))
+    except OSError as e:
+        raise _Fail(f"serve-llm: cannot listen on {host}:{port}: {e.strerror}", 1) from None
 
 
 def main() -> None:

@@ -70,7 +70,8 @@ def test_public_names_are_exactly_these() -> None:
     assert populace.llm.__all__ == sorted(populace.llm.__all__)
     assert set(populace.llm.__all__) == {
         "ChatMessage", "Completion", "DummyConfig", "DummyModel", "EndpointPool",
-        "EndpointStats", "Lease", "ModelClient", "ModelConfig", "ModelStats", "OpenAIConfig",
+        "EndpointStats", "Lease", "ModelClient", "ModelConfig", "ModelSet", "ModelStats",
+        "OpenAIConfig",
         "OpenAIModel", "ServerOptions", "build_model", "create_app", "running_server", "serve",
     }
     for name in populace.llm.__all__:

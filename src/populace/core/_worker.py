@@ -91,6 +91,13 @@ class WorkerStats:
         return self.calls_started - self.calls_done - self.calls_failed
 
 
+def _note_origin(error: BaseException, agent_id: int, target: Target) -> None:
+    """Name the agent on its error, once: one exception object shared by many agents (or
+    re-raised by a dependent agent) must not collect a note per agent."""
+    if not any(n.startswith("raised by agent ") for n in getattr(error, "__notes__", ())):
+        error.add_note(f"raised by agent {agent_id} in {_describe(target)}()")
+
+
 def _describe(target: Target) -> str:
     return target if isinstance(target, str) else getattr(target, "__qualname__", repr(target))
 
@@ -125,7 +132,7 @@ class _Segment:
             self.worker._dirty.append(self)
             self.worker._schedule_flush()
         agent = self.worker._agents[self.locals[slot]]
-        error.add_note(f"raised by agent {agent.id} in {_describe(self.target)}()")
+        _note_origin(error, agent.id, self.target)
         self.failed_slots.append(slot)
         self.errors.append(error)
         self.worker._n_failed += 1
@@ -154,7 +161,7 @@ class _Single:
 
     def _failed(self, slot: int, error: BaseException) -> None:
         self.worker._n_failed += 1
-        error.add_note(f"raised by agent {self.agent_id} in {_describe(self.target)}()")
+        _note_origin(error, self.agent_id, self.target)
         self.worker._push(CallDone(self.call_id, None, error))
 
 

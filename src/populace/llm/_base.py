@@ -22,6 +22,7 @@ class Completion:
     completion_tokens: int = 0
     latency_s: float = 0.0
     endpoint: str | None = None
+    retries: int = 0  # attempts beyond the first that this answer needed
 
     @property
     def total_tokens(self) -> int:

@@ -276,7 +276,7 @@ class OpenAIModel:
             self._prompt_tokens += prompt_tokens
             self._completion_tokens += completion_tokens
             return Completion(text, self.name, prompt_tokens, completion_tokens,
-                              loop.time() - start, lease.url)
+                              loop.time() - start, lease.url, attempt)
 
     def _delay(self, attempt: int, requested: float | None) -> float:
         if requested is not None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from populace.core import Agent, Msg, Profile, seed_for
-from populace.llm import ModelClient
+from populace.llm import ChatMessage, ModelClient
 
+from ._prompts import ANSWER_FORMAT, EXTRACT, RESPONSE_SCHEMA, STRUCTURED_FORMAT, extracted_number
 from ._rules import parse_number
 
 
@@ -18,9 +20,12 @@ class Guess:
 
     number: float | None
     raw: str
+    extract_raw: str | None
     latency_s: float
     prompt_tokens: int
     completion_tokens: int
+    calls: int
+    retries: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,30 +36,88 @@ class Rules:
     low: float
     high: float
     temperature: float | None
+    max_tokens: int | None = None
+    protocols: Mapping[str, str] | None = None  # model name → direct | two_call | structured
+    memory_rounds: int = 5
 
 
 class Participant(Agent):
-    """A player of the guessing game, backed by one model client (shared per worker)."""
+    """A player of the guessing game, backed by one model client (shared per worker).
 
-    __slots__ = ("model", "rules")
+    The model is the profile's ``model`` column when there is one (mixed models), else the
+    only one in ``models``.
+    """
 
-    def __init__(self, id: int, profile: Profile | None = None, *, model: ModelClient,
-                 rules: Rules) -> None:
+    __slots__ = ("model", "protocol", "rules")
+
+    def __init__(self, id: int, profile: Profile | None = None, *,
+                 models: Mapping[str, ModelClient], rules: Rules) -> None:
         super().__init__(id, profile)
-        self.model = model
+        name = profile["model"] if profile is not None and "model" in profile \
+            else next(iter(models))
+        self.model = models[name]
+        self.protocol = (rules.protocols or {}).get(name, "direct")
         self.rules = rules
+
+    def conversation(self, prompt: str) -> list[ChatMessage]:
+        """Earlier rounds from memory (own answers, the moderator's results), then the prompt."""
+        keep = 2 * self.rules.memory_rounds
+        messages: list[ChatMessage] = []
+        if keep and self._memory is not None:
+            for m in list(self._memory)[-keep:]:
+                role = "assistant" if m.sender == self.id else "user"
+                messages.append({"role": role, "content": str(m.content)})
+        if self.protocol == "direct":
+            prompt += ANSWER_FORMAT
+        elif self.protocol == "structured":
+            prompt += STRUCTURED_FORMAT
+        messages.append({"role": "user", "content": prompt})
+        return messages
 
     async def reply(self, msg: Msg) -> Msg:
         rules = self.rules
         meta = msg.metadata or {}
-        messages = [{"role": "user", "content": msg.content}]
+        seed = seed_for(meta.get("seed", rules.seed), self.id)
+        structured = self.protocol == "structured"
         started = time.perf_counter()
-        done = await self.model.complete(
-            messages,
-            temperature=rules.temperature,
-            seed=seed_for(meta.get("seed", rules.seed), self.id),
+        answer = await self.model.complete(
+            self.conversation(msg.content), temperature=rules.temperature, seed=seed,
+            max_tokens=rules.max_tokens, response_format=RESPONSE_SCHEMA if structured else None,
         )
-        guess = Guess(parse_number(done.text, rules.low, rules.high), done.text,
-                      time.perf_counter() - started, done.prompt_tokens, done.completion_tokens)
+        ptok, ctok, retries, calls = (answer.prompt_tokens, answer.completion_tokens,
+                                      answer.retries, 1)
+        extract_raw = None
+        if self.protocol == "two_call":
+            # The paper's second call: have the model state the number it chose.
+            extraction = await self.model.complete(
+                [{"role": "user", "content": EXTRACT.format(answer=answer.text)}],
+                temperature=0.0, seed=seed, max_tokens=24,
+            )
+            extract_raw = extraction.text
+            ptok += extraction.prompt_tokens
+            ctok += extraction.completion_tokens
+            retries += extraction.retries
+            calls = 2
+            found = extracted_number(extraction.text)
+            number = parse_number(found, rules.low, rules.high) if found is not None else None
+        elif structured:
+            number = _structured_number(answer.text, rules.low, rules.high)
+        else:
+            number = parse_number(answer.text, rules.low, rules.high)
+        if rules.memory_rounds:
+            self.memory.add(Msg(self.id, answer.text, role="assistant"))
+        guess = Guess(number, answer.text, extract_raw, time.perf_counter() - started,
+                      ptok, ctok, calls, retries)
         return Msg(self.id, guess, role="assistant")
 
+
+def _structured_number(text: str, low: float, high: float) -> float | None:
+    """The ``number`` field of a JSON answer, if valid and within range."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    value = data.get("number") if isinstance(data, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    return parse_number(str(value), low, high)

@@ -6,6 +6,7 @@ import string
 from fractions import Fraction
 from typing import Annotated, Any, Literal
 
+import numpy as np
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -17,20 +18,40 @@ from pydantic import (
     model_validator,
 )
 
+from populace.core import derive_seed
 from populace.llm import DummyConfig, ModelConfig
 
+from ._prompts import RULES
 from ._rules import parse_ratio
 
 #: Fields a participant prompt template may use.
-PROMPT_FIELDS = frozenset(
-    {"n_players", "low", "high", "ratio", "offset", "target_rule", "round", "rounds", "history"}
-)
+PROMPT_FIELDS = frozenset({
+    "n_players", "low", "high", "ratio", "offset", "target_rule", "famous_note", "instruction",
+    "round", "rounds", "history",
+})
 
-DEFAULT_PROMPT = (
-    "You are taking part in a number game with {n_players} players. Every player secretly "
-    "picks a real number from {low} to {high}. {target_rule} The player whose number is "
-    "closest to the target wins. {history}Report your number directly."
-)
+#: The round prompt unless ``game.prompt`` replaces it: the rules, then the level's
+#: instruction (see ``_prompts.py``).
+DEFAULT_PROMPT = RULES + " {instruction}"
+
+def _share(value: Any) -> Fraction:
+    if isinstance(value, bool) or not isinstance(value, int | float | str | Fraction):
+        raise ValueError("expected a fraction like 1/3 or a count like 500")
+    try:
+        share = parse_ratio(value) if not (isinstance(value, int | float) and value == 0) \
+            else Fraction(0)
+    except ValueError:
+        raise ValueError(f"expected a fraction like 1/3 or a count like 500, got {value!r}") \
+            from None
+    return share
+
+
+Share = Annotated[
+    Fraction,
+    BeforeValidator(_share),
+    PlainSerializer(lambda f: f"{f.numerator}/{f.denominator}" if f.denominator != 1
+                    else f.numerator, return_type=str | int),
+]
 
 Ratio = Annotated[
     Fraction,
@@ -51,9 +72,20 @@ class GameConfig(_Strict):
     offset: float = Field(0.0, description="added to the target; 5 with ratio 1/2 → equilibrium 10")
     low: float = Field(0.0, description="smallest valid answer")
     high: float = Field(100.0, description="largest valid answer")
-    prompt: str = Field(DEFAULT_PROMPT, description="participant prompt template")
-    feedback: bool = Field(True, description="tell every participant the winning number after each round")
+    level: Literal["P1", "P2", "P3", "P4"] = Field(
+        "P1", description="guidance: P1 answer directly … P4 step by step, rational, adaptive")
+    famous_note: bool = Field(False, description="say it is a variant of the famous 2/3 game")
+    protocol: Literal["auto", "direct", "two_call", "structured"] = Field(
+        "auto", description="direct: one call, number parsed from the answer; two_call: the "
+        "paper's answer + extraction calls; structured: one call with a JSON schema; auto: "
+        "direct for the dummy model, two_call otherwise")
+    prompt: str = Field(DEFAULT_PROMPT, description="round prompt template")
+    feedback: bool = Field(True, description="tell every participant the winning number "
+                           "after each round")
+    memory_rounds: int = Field(5, ge=0, description="earlier rounds a participant remembers "
+                               "in its conversation")
     temperature: float | None = Field(None, ge=0, le=2)
+    max_tokens: int | None = Field(None, ge=1, description="cap on each answer's tokens")
     groups: int = Field(1, ge=1, description="number of groups agents are dealt into")
 
     @model_validator(mode="after")
@@ -92,6 +124,9 @@ class RunConfig(_Strict):
                                            min_length=1)
     model: str | None = Field(None, validate_default=True,
                               description="name in models: used by every participant")
+    assign: dict[str, Share] | None = Field(
+        None, description="mixed models: share of participants per model name, as fractions "
+        "(1/3) or counts (500)")
     game: GameConfig = Field(default_factory=GameConfig)
 
     # A field validator (not a model one) so that errors carry the key path ``model``.
@@ -102,12 +137,57 @@ class RunConfig(_Strict):
         if models is None:  # models: itself is invalid and reported as such
             return value
         if value is None:
-            if len(models) > 1:
-                raise ValueError("models has several entries; set model: to the one to use")
+            pass  # checked with assign: below
         elif value not in models:
             raise ValueError(f"model {value!r} is not defined under models: "
                              f"(defined: {', '.join(models)})")
         return value
+
+    @field_validator("assign")
+    @classmethod
+    def _assign(cls, value: dict[str, Fraction] | None, info: ValidationInfo
+                ) -> dict[str, Fraction] | None:
+        models = info.data.get("models")
+        if value is None or models is None:
+            return value
+        unknown = [k for k in value if k not in models]
+        if unknown:
+            raise ValueError(f"model {unknown[0]!r} is not defined under models: "
+                             f"(defined: {', '.join(models)})")
+        if not value or sum(value.values()) <= 0:
+            raise ValueError("give at least one positive share")
+        return value
+
+    @model_validator(mode="after")
+    def _one_choice(self) -> RunConfig:
+        if self.assign is not None and self.model is not None:
+            raise ValueError("set either model: (one model for all) or assign: (mixed), not both")
+        if self.assign is None and self.model is None and len(self.models) > 1:
+            raise ValueError("models has several entries; set model: to the one to use, or "
+                             "assign: to mix them")
+        if self.assign is not None:
+            total = sum(self.assign.values())
+            counts = all(v.denominator == 1 for v in self.assign.values()) and total > 1
+            if counts and total != self.agents:
+                raise ValueError(f"assign: counts add up to {total}, but agents is {self.agents}")
+            if not counts and total != 1:
+                raise ValueError(f"assign: fractions add up to {float(total):g}, expected 1")
+        return self
+
+    def assignment(self) -> np.ndarray:
+        """The model name of every participant, exact shares, shuffled with the run's seed."""
+        if self.assign is None:
+            return np.full(self.agents, self.model_name, dtype=object)
+        names = list(self.assign)
+        shares = np.array([float(v) for v in self.assign.values()])
+        exact = shares / shares.sum() * self.agents
+        counts = np.floor(exact).astype(np.int64)
+        # Largest remainder: the seats left go to the largest fractional parts.
+        for i in np.argsort(-(exact - counts), kind="stable")[: self.agents - counts.sum()]:
+            counts[i] += 1
+        out = np.repeat(np.array(names, dtype=object), counts)
+        np.random.default_rng(derive_seed(self.seed, 0xA551)).shuffle(out)
+        return out
 
     @model_validator(mode="after")
     def _address(self) -> RunConfig:
@@ -120,7 +200,14 @@ class RunConfig(_Strict):
 
     @property
     def model_name(self) -> str:
-        return self.model or next(iter(self.models))
+        """The single model in use (the first one when models are mixed)."""
+        return self.model or next(iter(self.assign or self.models))
+
+    def protocol_for(self, model: str) -> str:
+        """The protocol participants on ``model`` use (resolving ``auto``)."""
+        if self.game.protocol != "auto":
+            return self.game.protocol
+        return "direct" if self.models[model].provider == "dummy" else "two_call"
 
     def resolved(self) -> dict[str, Any]:
         """The config with every default filled in, as written to ``config.yaml``."""

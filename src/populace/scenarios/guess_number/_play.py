@@ -12,11 +12,12 @@ import numpy as np
 import pyarrow as pa
 
 from populace.core import Msg, PerWorker, Simulation, derive_seed, wait
-from populace.llm import build_model
+from populace.llm import ModelSet
 from populace.results import RunDirectory
 
 from ._agents import Guess, Participant, Rules
 from ._config import RunConfig
+from ._prompts import FAMOUS_NOTE, INSTRUCTIONS, describe_target
 from ._rules import RoundOutcome, score_round
 
 RESPONSE_SCHEMA = pa.schema([
@@ -27,8 +28,11 @@ RESPONSE_SCHEMA = pa.schema([
     ("number", pa.float64()),
     ("valid", pa.bool_()),
     ("raw", pa.string()),
+    ("extract_raw", pa.string()),
     ("error", pa.string()),
     ("latency_s", pa.float64()),
+    ("calls", pa.int8()),
+    ("retries", pa.int16()),
     ("prompt_tokens", pa.int32()),
     ("completion_tokens", pa.int32()),
 ])
@@ -63,13 +67,6 @@ class Timings:
     wall_s: float = 0.0
 
 
-def _describe_target(ratio: Any, offset: float) -> str:
-    rule = f"The target is {ratio} of the average of all numbers"
-    if offset:
-        rule += f" plus {offset:g}"
-    return rule + "."
-
-
 def _round_prompt(config: RunConfig, round_no: int, last: RoundOutcome | None) -> str:
     game = config.game
     history = ""
@@ -79,19 +76,24 @@ def _round_prompt(config: RunConfig, round_no: int, last: RoundOutcome | None) -
     return game.prompt.format(
         n_players=config.agents, low=f"{game.low:g}", high=f"{game.high:g}",
         ratio=f"{game.ratio}", offset=f"{game.offset:g}",
-        target_rule=_describe_target(game.ratio, game.offset),
+        target_rule=describe_target(game.ratio, game.offset),
+        famous_note=FAMOUS_NOTE if game.famous_note else "",
+        instruction=INSTRUCTIONS[game.level],
         round=round_no, rounds=config.rounds, history=history,
     )
 
 
-def _table(round_no: int, ids: np.ndarray, groups: np.ndarray, model: str,
+def _table(round_no: int, ids: np.ndarray, groups: np.ndarray, models: pa.Array,
            results: list[Any]) -> pa.Table:
     """One row per agent for this round, from the members' replies (or errors)."""
     n = len(results)
     number = np.full(n, np.nan)
     raw: list[str | None] = [None] * n
+    extract_raw: list[str | None] = [None] * n
     error: list[str | None] = [None] * n
     latency = np.full(n, np.nan)
+    calls = np.zeros(n, dtype=np.int8)
+    retries = np.zeros(n, dtype=np.int16)
     ptok = np.zeros(n, dtype=np.int32)
     ctok = np.zeros(n, dtype=np.int32)
     for i, r in enumerate(results):
@@ -102,7 +104,10 @@ def _table(round_no: int, ids: np.ndarray, groups: np.ndarray, model: str,
         if g.number is not None:
             number[i] = g.number
         raw[i] = g.raw
+        extract_raw[i] = g.extract_raw
         latency[i] = g.latency_s
+        calls[i] = g.calls
+        retries[i] = g.retries
         ptok[i] = g.prompt_tokens
         ctok[i] = g.completion_tokens
     valid = ~np.isnan(number)
@@ -110,15 +115,35 @@ def _table(round_no: int, ids: np.ndarray, groups: np.ndarray, model: str,
         "round": pa.array(np.full(n, round_no, dtype=np.int32)),
         "agent_id": pa.array(ids),
         "group": pa.array(groups),
-        "model": pa.array([model] * n, type=pa.string()),
+        "model": models,
         "number": pa.array(number, mask=~valid),
         "valid": pa.array(valid),
         "raw": pa.array(raw, type=pa.string()),
+        "extract_raw": pa.array(extract_raw, type=pa.string()),
         "error": pa.array(error, type=pa.string()),
         "latency_s": pa.array(latency, mask=np.isnan(latency)),
+        "calls": pa.array(calls),
+        "retries": pa.array(retries),
         "prompt_tokens": pa.array(ptok),
         "completion_tokens": pa.array(ctok),
     }, schema=RESPONSE_SCHEMA)
+
+
+def _usage(table: pa.Table) -> dict[str, dict[str, int]]:
+    """LLM calls, retries and tokens of one round, per model."""
+    grouped = table.group_by("model").aggregate([
+        ("calls", "sum"), ("retries", "sum"), ("prompt_tokens", "sum"),
+        ("completion_tokens", "sum"), ("agent_id", "count"),
+    ])
+    out: dict[str, dict[str, int]] = {}
+    for row in grouped.to_pylist():
+        out[row["model"]] = {
+            "agents": int(row["agent_id_count"]), "calls": int(row["calls_sum"] or 0),
+            "retries": int(row["retries_sum"] or 0),
+            "prompt_tokens": int(row["prompt_tokens_sum"] or 0),
+            "completion_tokens": int(row["completion_tokens_sum"] or 0),
+        }
+    return out
 
 
 def _clean(value: Any) -> Any:
@@ -142,29 +167,31 @@ async def play(
     timings = timings if timings is not None else Timings()
     started = time.perf_counter()
     game = config.game
-    model_name = config.model_name
     n = config.agents
     ids = np.arange(n, dtype=np.int64)
     groups = (ids % game.groups).astype(np.int32)
+    assigned = config.assignment()
+    models = pa.array(assigned, type=pa.string())
+    in_use = {name: config.models[name] for name in dict.fromkeys(assigned.tolist())}
     summary: dict[str, Any] = {
         "name": config.name, "scenario": config.scenario, "status": "running",
         "agents": n, "rounds_planned": config.rounds, "seed": config.seed,
-        "model": model_name, "rounds": [], "wall_s": 0.0,
+        "model": config.model_name, "models": sorted(in_use), "rounds": [], "wall_s": 0.0,
     }
-    rules = Rules(config.seed, game.low, game.high, game.temperature)
+    rules = Rules(config.seed, game.low, game.high, game.temperature, game.max_tokens,
+                  {name: config.protocol_for(name) for name in in_use}, game.memory_rounds)
+    profiles = pa.table({"agent_id": ids, "group": groups, "model": models})
     if run_dir is not None:
         run_dir.write_config(config.resolved())
-        run_dir.write_profiles(pa.table({
-            "agent_id": ids, "group": groups, "model": pa.array([model_name] * n, pa.string()),
-        }))
+        run_dir.write_profiles(profiles)
     try:
         async with Simulation(workers=config.workers, backend=config.backend,
                               seed=config.seed, **config.backend_options()) as sim:
             t0 = time.perf_counter()
             players = await sim.create(
                 Participant, n, name="participants",
-                init={"model": PerWorker(build_model, model_name, config.models[model_name]),
-                      "rules": rules},
+                profiles=profiles.select(["model"]) if len(in_use) > 1 else None,
+                init={"models": PerWorker(ModelSet.build, in_use), "rules": rules},
             )
             timings.create_s = time.perf_counter() - t0
             last: RoundOutcome | None = None
@@ -180,7 +207,7 @@ async def play(
                     await wait([answers], timeout=0.1)
                     reporter.round_progress(round_no, answers.n_done, n)
                 results = answers.results(return_exceptions=True)
-                table = _table(round_no, ids, groups, model_name, results)
+                table = _table(round_no, ids, groups, models, results)
                 numbers = table.column("number").to_numpy(zero_copy_only=False)
                 last = score_round(round_no, numbers, game.ratio, game.offset)
                 if run_dir is not None:
@@ -197,6 +224,7 @@ async def play(
                 timings.round_cpu_s.append(time.process_time() - cpu_round)
                 entry = {k: _clean(v) for k, v in last.as_dict().items()}
                 entry["wall_s"] = round(wall, 4)
+                entry["usage"] = _usage(table)
                 summary["rounds"].append(entry)
                 summary["wall_s"] = round(time.perf_counter() - started, 4)
                 if run_dir is not None:

@@ -35,7 +35,8 @@ def parse_ratio(value: str | int | float | Fraction) -> Fraction:
                     raise ValueError("more than one '/'")
                 d = Fraction(den.strip())
                 if d == 0:
-                    raise ValueError(f"expected a fraction like 2/3, got {text!r} (division by zero)")
+                    raise ValueError(
+                        f"expected a fraction like 2/3, got {text!r} (division by zero)")
                 ratio = Fraction(num.strip()) / d
             else:
                 ratio = Fraction(text)

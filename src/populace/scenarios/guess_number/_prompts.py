@@ -1,0 +1,71 @@
+"""What participants are told, in our own words, at the paper's four levels of guidance.
+
+- P1: the rules, then "give your number directly";
+- P2: the rules, then "think step by step, then give your number";
+- P3: P2 plus "assume every player is rational";
+- P4: P3 plus "every player tries to predict the others and adjusts".
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+RULES = (
+    "You are one of {n_players} players in a number game. Every player privately chooses a "
+    "real number between {low} and {high}, inclusive. {target_rule} The player whose number "
+    "is closest to the target wins.{famous_note}"
+)
+
+FAMOUS_NOTE = " (This is a version of the famous game 'guess 2/3 of the average'.)"
+
+STEP_BY_STEP = "Think the problem through step by step first, then give your number."
+
+INSTRUCTIONS = {
+    "P1": "Give your number directly.",
+    "P2": STEP_BY_STEP,
+    "P3": STEP_BY_STEP + " Assume that every player is rational.",
+    "P4": STEP_BY_STEP + " Assume that every player is rational, tries to predict the "
+          "numbers the others will choose, and adjusts their own accordingly.",
+}
+
+#: Added for protocols that read the number from the answer itself.
+ANSWER_FORMAT = " End with the sentence 'The answer is N', where N is your number."
+
+STRUCTURED_FORMAT = (" Reply with a JSON object with two fields: \"reasoning\" (a string) "
+                     "and \"number\" (your number).")
+
+EXTRACT = (
+    "Below is a player's answer from a number game.\n\n---\n{answer}\n---\n\n"
+    "Extract the one number this player finally chose. Reply with exactly 'The answer is N', "
+    "where N is that number, or with 'I CAN'T' if the answer does not settle on one number."
+)
+
+#: The ``response_format`` of the structured protocol (OpenAI / vLLM JSON schema).
+RESPONSE_SCHEMA: dict[str, Any] = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "guess",
+        "schema": {
+            "type": "object",
+            "properties": {"reasoning": {"type": "string"}, "number": {"type": "number"}},
+            "required": ["reasoning", "number"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+_ANSWER_IS = re.compile(r"answer is\s*:?\s*\[?\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+))", re.IGNORECASE)
+
+
+def extracted_number(text: str) -> str | None:
+    """The N of "The answer is N" in an extraction reply; None for "I CAN'T" or no match."""
+    match = _ANSWER_IS.search(text)
+    return match.group(1) if match else None
+
+
+def describe_target(ratio: Any, offset: float) -> str:
+    rule = f"The target is {ratio} of the average of all chosen numbers"
+    if offset:
+        rule += f", plus {offset:g}"
+    return rule + "."
