@@ -7,6 +7,7 @@
 from ._base import ChatMessage, Completion, ModelClient, ModelStats
 from ._config import DummyConfig, ModelConfig, OpenAIConfig, build_model
 from ._dummy import DummyModel
+from ._modelset import ModelSet
 from ._openai import OpenAIModel
 from ._pool import EndpointPool, EndpointStats, Lease
 from ._server import ServerOptions, create_app, running_server, serve
@@ -21,6 +22,7 @@ __all__ = [
     "Lease",
     "ModelClient",
     "ModelConfig",
+    "ModelSet",
     "ModelStats",
     "OpenAIConfig",
     "OpenAIModel",
