@@ -96,7 +96,9 @@ def format_error(source: str, error: ValidationError, model: type[BaseModel]) ->
             message += f" (got {_short(first['input'])})"
     more = error.error_count() - 1
     suffix = f" [+{more} more problem{'s' if more > 1 else ''}]" if more else ""
-    return f"{source}: {path or '(top level)'}: {message}{suffix}"
+    if not path:  # a check across keys; its message names them
+        return f"{source}: {message}{suffix}"
+    return f"{source}: {path}: {message}{suffix}"
 
 
 def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:

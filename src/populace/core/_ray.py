@@ -201,7 +201,7 @@ class RayBackend:
         for i in range(n_workers):
             strategy: Any = "DEFAULT"
             if nodes:
-                strategy = NodeAffinitySchedulingStrategy(nodes[i % len(nodes)], soft=True)
+                strategy = NodeAffinitySchedulingStrategy(nodes[i % len(nodes)], soft=False)
             self._actors.append(actor_cls.options(
                 name=f"{self._group}-{i}", namespace="populace", num_cpus=0,
                 scheduling_strategy=strategy, max_concurrency=1000,

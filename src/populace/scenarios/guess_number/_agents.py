@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from populace.core import Agent, Msg, Profile, seed_for
 from populace.llm import ChatMessage, ModelClient
 
-from ._prompts import ANSWER_FORMAT, EXTRACT, RESPONSE_SCHEMA, STRUCTURED_FORMAT, extracted_number
+from ._prompts import (
+    ANSWER_FORMAT,
+    EXTRACT,
+    RESPONSE_SCHEMA,
+    STRUCTURED_FORMAT,
+    extracted_number,
+    persona,
+)
 from ._rules import parse_number
 
 
@@ -39,6 +46,7 @@ class Rules:
     max_tokens: int | None = None
     protocols: Mapping[str, str] | None = None  # model name → direct | two_call | structured
     memory_rounds: int = 5
+    attributes: tuple[str, ...] = ()  # per-agent prompt fields, from the profile
 
 
 class Participant(Agent):
@@ -59,10 +67,23 @@ class Participant(Agent):
         self.protocol = (rules.protocols or {}).get(name, "direct")
         self.rules = rules
 
+    @property
+    def memory_size(self) -> int:  # type: ignore[override]
+        """Room for ``memory_rounds`` rounds (an answer and a result each), at least the
+        default: the bounded memory must not cut what the conversation should include."""
+        return max(Agent.memory_size, 2 * self.rules.memory_rounds)
+
     def conversation(self, prompt: str) -> list[ChatMessage]:
         """Earlier rounds from memory (own answers, the moderator's results), then the prompt."""
-        keep = 2 * self.rules.memory_rounds
+        rules = self.rules
+        keep = 2 * rules.memory_rounds
         messages: list[ChatMessage] = []
+        if rules.attributes:
+            about = persona(self.profile, rules.attributes)
+            if about:
+                messages.append({"role": "system", "content": about})
+            if "{" in prompt:  # per-agent fields the moderator left for us
+                prompt = prompt.format_map({a: self.profile[a] for a in rules.attributes})
         if keep and self._memory is not None:
             for m in list(self._memory)[-keep:]:
                 role = "assistant" if m.sender == self.id else "user"

@@ -20,6 +20,7 @@ from pydantic import (
 
 from populace.core import derive_seed
 from populace.llm import DummyConfig, ModelConfig
+from populace.population import PopulationConfig
 
 from ._prompts import RULES
 from ._rules import parse_ratio
@@ -27,7 +28,7 @@ from ._rules import parse_ratio
 #: Fields a participant prompt template may use.
 PROMPT_FIELDS = frozenset({
     "n_players", "low", "high", "ratio", "offset", "target_rule", "famous_note", "instruction",
-    "round", "rounds", "history",
+    "round", "rounds", "history", "composition",
 })
 
 #: The round prompt unless ``game.prompt`` replaces it: the rules, then the level's
@@ -98,13 +99,10 @@ class GameConfig(_Strict):
     @classmethod
     def _template(cls, value: str) -> str:
         try:
-            names = {f for _, f, _, _ in string.Formatter().parse(value) if f is not None}
+            list(string.Formatter().parse(value))
         except ValueError as e:
             raise ValueError(f"malformed template: {e}") from None
-        unknown = sorted(n for n in names if n not in PROMPT_FIELDS)
-        if unknown:
-            raise ValueError(f"unknown template field {{{unknown[0]}}}; "
-                             f"expected one of {', '.join(sorted(PROMPT_FIELDS))}")
+        # Field names are checked by RunConfig, which knows the population's attributes.
         return value
 
 
@@ -128,6 +126,9 @@ class RunConfig(_Strict):
         None, description="mixed models: share of participants per model name, as fractions "
         "(1/3) or counts (500)")
     game: GameConfig = Field(default_factory=GameConfig)
+    population: PopulationConfig | None = Field(
+        None, description="aspects sampled for every participant (see populace.population); "
+        "its groups replace game.groups, its attributes and backgrounds reach the prompts")
 
     # A field validator (not a model one) so that errors carry the key path ``model``.
     @field_validator("model")
@@ -188,6 +189,34 @@ class RunConfig(_Strict):
         out = np.repeat(np.array(names, dtype=object), counts)
         np.random.default_rng(derive_seed(self.seed, 0xA551)).shuffle(out)
         return out
+
+    def agent_fields(self) -> tuple[str, ...]:
+        """Per-agent prompt fields: the population's aspects, and background if written."""
+        if self.population is None:
+            return ()
+        fields = tuple(self.population.aspects)
+        if self.population.backgrounds.model is not None:
+            fields += ("background",)
+        return fields
+
+    @model_validator(mode="after")
+    def _population(self) -> RunConfig:
+        pop = self.population
+        if pop is not None:
+            if pop.size is not None and pop.size != self.agents:
+                raise ValueError(f"population.size ({pop.size}) differs from agents "
+                                 f"({self.agents}); leave it out to follow agents")
+            model = pop.backgrounds.model
+            if model is not None and model not in self.models:
+                raise ValueError(f"population.backgrounds.model {model!r} is not defined "
+                                 f"under models: (defined: {', '.join(self.models)})")
+        names = {f for _, f, _, _ in string.Formatter().parse(self.game.prompt) if f is not None}
+        allowed = PROMPT_FIELDS | set(self.agent_fields())
+        unknown = sorted(n for n in names if n not in allowed)
+        if unknown:
+            raise ValueError(f"game.prompt: unknown template field {{{unknown[0]}}}; expected "
+                             f"one of {', '.join(sorted(allowed))}")
+        return self
 
     @model_validator(mode="after")
     def _address(self) -> RunConfig:

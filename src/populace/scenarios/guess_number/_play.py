@@ -6,18 +6,21 @@ import asyncio
 import math
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from populace.core import Msg, PerWorker, Simulation, derive_seed, wait
 from populace.llm import ModelSet
+from populace.population import generate_backgrounds, sample_population
 from populace.results import RunDirectory
 
 from ._agents import Guess, Participant, Rules
 from ._config import RunConfig
-from ._prompts import FAMOUS_NOTE, INSTRUCTIONS, describe_target
+from ._prompts import FAMOUS_NOTE, INSTRUCTIONS, composition, describe_target
 from ._rules import RoundOutcome, score_round
 
 RESPONSE_SCHEMA = pa.schema([
@@ -67,20 +70,39 @@ class Timings:
     wall_s: float = 0.0
 
 
-def _round_prompt(config: RunConfig, round_no: int, last: RoundOutcome | None) -> str:
+class _KeepMissing(dict[str, Any]):
+    """Leaves per-agent fields (``{background}``, attributes) for the agents to fill."""
+
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def _composition(config: RunConfig, profiles: pa.Table) -> str:
+    pop = config.population
+    if pop is None or pop.groups is None or pop.groups.by is None:
+        return ""
+    tally = pc.value_counts(profiles.column(pop.groups.by).combine_chunks()).to_pylist()
+    counts = {str(row["values"]): int(row["counts"]) for row in tally}
+    ordered = {v: counts[v] for v in pop.values(pop.groups.by) if v in counts}
+    return composition(pop.groups.by, ordered)
+
+
+def _round_prompt(config: RunConfig, round_no: int, last: RoundOutcome | None,
+                  composition_note: str = "") -> str:
     game = config.game
     history = ""
     if last is not None and last.winner_number is not None and game.feedback:
         history = (f"In the previous round the average was {last.mean:.2f}, the target was "
                    f"{last.target:.2f} and the winning number was {last.winner_number:g}. ")
-    return game.prompt.format(
-        n_players=config.agents, low=f"{game.low:g}", high=f"{game.high:g}",
+    return game.prompt.format_map(_KeepMissing(
+        composition=composition_note, n_players=config.agents,
+        low=f"{game.low:g}", high=f"{game.high:g}",
         ratio=f"{game.ratio}", offset=f"{game.offset:g}",
         target_rule=describe_target(game.ratio, game.offset),
         famous_note=FAMOUS_NOTE if game.famous_note else "",
         instruction=INSTRUCTIONS[game.level],
         round=round_no, rounds=config.rounds, history=history,
-    )
+    ))
 
 
 def _table(round_no: int, ids: np.ndarray, groups: np.ndarray, models: pa.Array,
@@ -153,6 +175,30 @@ def _clean(value: Any) -> Any:
     return value
 
 
+async def _backgrounds(config: RunConfig, profiles: pa.Table, run_dir: RunDirectory | None
+                       ) -> pa.Array:
+    """Have the population's background model write every participant's background.
+
+    Answers are cached under ``.populace-cache/backgrounds`` (by attributes, template, model
+    and seed), so a rerun or a resumed run does not ask again.
+    """
+    assert config.population is not None
+    name = config.population.backgrounds.model
+    assert name is not None
+    client = ModelSet.build({name: config.models[name]})[name]
+    out = (run_dir.path if run_dir is not None else Path(".populace-cache")) / "backgrounds.parquet"
+    try:
+        result = await generate_backgrounds(
+            profiles.drop_columns(["model"]), client, config.population,
+            Path(".populace-cache") / "backgrounds", out, seed=config.seed)
+    finally:
+        await client.aclose()
+    by_id = dict(zip(result.table.column("agent_id").to_pylist(),
+                     result.table.column("background").to_pylist(), strict=True))
+    return pa.array([by_id.get(i) or "" for i in profiles.column("agent_id").to_pylist()],
+                    type=pa.string())
+
+
 async def play(
     config: RunConfig,
     run_dir: RunDirectory | None = None,
@@ -169,7 +215,12 @@ async def play(
     game = config.game
     n = config.agents
     ids = np.arange(n, dtype=np.int64)
-    groups = (ids % game.groups).astype(np.int32)
+    people = (sample_population(config.population, seed=config.seed, size=n)
+              if config.population is not None else None)
+    if people is not None and "group" in people.column_names:
+        groups = people.column("group").to_numpy().astype(np.int32)
+    else:
+        groups = (ids % game.groups).astype(np.int32)
     assigned = config.assignment()
     models = pa.array(assigned, type=pa.string())
     in_use = {name: config.models[name] for name in dict.fromkeys(assigned.tolist())}
@@ -178,9 +229,19 @@ async def play(
         "agents": n, "rounds_planned": config.rounds, "seed": config.seed,
         "model": config.model_name, "models": sorted(in_use), "rounds": [], "wall_s": 0.0,
     }
+    attributes = config.agent_fields()
     rules = Rules(config.seed, game.low, game.high, game.temperature, game.max_tokens,
-                  {name: config.protocol_for(name) for name in in_use}, game.memory_rounds)
+                  {name: config.protocol_for(name) for name in in_use}, game.memory_rounds,
+                  attributes)
     profiles = pa.table({"agent_id": ids, "group": groups, "model": models})
+    if people is not None:
+        for name in people.column_names:
+            if name not in ("agent_id", "group"):
+                profiles = profiles.append_column(name, people.column(name))
+        if "background" in attributes:
+            written = await _backgrounds(config, profiles, run_dir)
+            profiles = profiles.append_column("background", written)
+    composition_note = _composition(config, profiles)
     if run_dir is not None:
         run_dir.write_config(config.resolved())
         run_dir.write_profiles(profiles)
@@ -190,7 +251,8 @@ async def play(
             t0 = time.perf_counter()
             players = await sim.create(
                 Participant, n, name="participants",
-                profiles=profiles.select(["model"]) if len(in_use) > 1 else None,
+                profiles=(profiles.select(["model", *attributes])
+                          if len(in_use) > 1 or attributes else None),
                 init={"models": PerWorker(ModelSet.build, in_use), "rules": rules},
             )
             timings.create_s = time.perf_counter() - t0
@@ -199,7 +261,7 @@ async def play(
                 t_round, cpu_round = time.perf_counter(), time.process_time()
                 reporter.round_started(round_no, n)
                 # One seed per round; each participant mixes in its id (seed_for).
-                ask = Msg("moderator", _round_prompt(config, round_no, last),
+                ask = Msg("moderator", _round_prompt(config, round_no, last, composition_note),
                           metadata={"round": round_no,
                                     "seed": derive_seed(config.seed, round_no)})
                 answers = players.broadcast(ask)

@@ -12,7 +12,8 @@ import re
 from typing import Any
 
 RULES = (
-    "You are one of {n_players} players in a number game. Every player privately chooses a "
+    "You are one of {n_players} players in a number game.{composition} Every player "
+    "privately chooses a "
     "real number between {low} and {high}, inclusive. {target_rule} The player whose number "
     "is closest to the target wins.{famous_note}"
 )
@@ -69,3 +70,23 @@ def describe_target(ratio: Any, offset: float) -> str:
     if offset:
         rule += f", plus {offset:g}"
     return rule + "."
+
+
+def composition(aspect: str, counts: dict[str, int]) -> str:
+    """The player-count note of the heterogeneous experiments, from the actual population.
+
+    >>> composition("profession", {"economist": 2, "artist": 1})
+    ' By profession, the players are: 2 economist, 1 artist.'
+    """
+    parts = ", ".join(f"{n} {value}" for value, n in counts.items())
+    return f" By {aspect}, the players are: {parts}."
+
+
+def persona(profile: Any, attributes: tuple[str, ...]) -> str | None:
+    """The system message that makes a participant someone: its background if written,
+    else its sampled attributes; None when the run has no population."""
+    if "background" in attributes:
+        return str(profile["background"])
+    if not attributes:
+        return None
+    return "About you: " + "; ".join(f"{a}: {profile[a]}" for a in attributes) + "."
