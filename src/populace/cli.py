@@ -170,6 +170,8 @@ def run(
                        ] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="run directory to create "
                                                  "(default runs/NAME-TIMESTAMP)")] = None,
+    replay: Annotated[Path | None, typer.Option(
+        help="answer every LLM call from this earlier run's recording (no requests)")] = None,
 ) -> None:
     """Run a simulation from a run file and write its run directory."""
     scenario = read_yaml(config).get("scenario")
@@ -179,6 +181,9 @@ def run(
         return
     cfg = _load(config, {"agents": agents, "rounds": rounds, "workers": workers, "seed": seed,
                          "backend": backend, "address": address})
+    if replay is not None and not (replay / "llm_calls").is_dir() \
+            and any(m.provider != "dummy" for m in cfg.models.values()):
+        raise ConfigError(f"--replay {replay}: no llm_calls/ recording in that directory")
     target = out_dir or Path("runs") / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
         run_dir = RunDirectory.create(target)
@@ -189,7 +194,7 @@ def run(
               soft_wrap=True)
     reporter = RichReporter(cfg.rounds, out)
     try:
-        summary = asyncio.run(play(cfg, run_dir, reporter))
+        summary = asyncio.run(play(cfg, run_dir, reporter, replay=replay))
     except KeyboardInterrupt:
         reporter.progress.stop()
         raise _Fail(f"interrupted; results of finished rounds are in {run_dir.path}",

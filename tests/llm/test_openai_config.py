@@ -72,7 +72,8 @@ def test_public_names_are_exactly_these() -> None:
         "ChatMessage", "Completion", "DummyConfig", "DummyModel", "EndpointPool",
         "EndpointStats", "Lease", "ModelClient", "ModelConfig", "ModelSet", "ModelStats",
         "OpenAIConfig",
-        "OpenAIModel", "ServerOptions", "build_model", "create_app", "running_server", "serve",
+        "OpenAIModel", "RecordingModel", "ReplayModel", "ServerOptions", "build_model",
+        "create_app", "preflight", "request_key", "running_server", "serve",
     }
     for name in populace.llm.__all__:
         assert hasattr(populace.llm, name)

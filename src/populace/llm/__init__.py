@@ -2,6 +2,8 @@
 
 ``OpenAIModel`` talks to OpenAI-compatible servers through an ``EndpointPool``;
 ``running_server``/``serve`` run the fake OpenAI-compatible server behind ``populace serve-llm``.
+``RecordingModel``/``ReplayModel`` record every call and answer a re-run from the recording;
+``preflight`` checks that configured servers answer before a run starts.
 """
 
 from ._base import ChatMessage, Completion, ModelClient, ModelStats
@@ -10,6 +12,8 @@ from ._dummy import DummyModel
 from ._modelset import ModelSet
 from ._openai import OpenAIModel
 from ._pool import EndpointPool, EndpointStats, Lease
+from ._preflight import preflight
+from ._record import RecordingModel, ReplayModel, request_key
 from ._server import ServerOptions, create_app, running_server, serve
 
 __all__ = [
@@ -26,9 +30,13 @@ __all__ = [
     "ModelStats",
     "OpenAIConfig",
     "OpenAIModel",
+    "RecordingModel",
+    "ReplayModel",
     "ServerOptions",
     "build_model",
     "create_app",
+    "preflight",
+    "request_key",
     "running_server",
     "serve",
 ]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from ._base import ModelClient, ModelStats
 from ._config import build_model
+from ._record import RecordingModel, ReplayModel
 
 
 class ModelSet(Mapping[str, ModelClient]):
@@ -19,8 +21,24 @@ class ModelSet(Mapping[str, ModelClient]):
         self._clients = dict(clients)
 
     @classmethod
-    def build(cls, configs: Mapping[str, Any]) -> ModelSet:
-        return cls({name: build_model(name, cfg) for name, cfg in configs.items()})
+    def build(cls, configs: Mapping[str, Any], *, record_to: str | Path | None = None,
+              replay_from: str | Path | None = None) -> ModelSet:
+        """Clients for ``configs``.
+
+        ``record_to``: a directory; every call to a non-dummy model is appended to
+        ``NAME-HOST-PID.jsonl`` there (one file per worker process). ``replay_from``: a
+        directory of such recordings; models answer from it and make no request at all.
+        """
+        clients: dict[str, ModelClient] = {}
+        for name, cfg in configs.items():
+            if replay_from is not None and cfg.provider != "dummy":
+                clients[name] = ReplayModel(Path(replay_from), name)
+                continue
+            client = build_model(name, cfg)
+            if record_to is not None and cfg.provider != "dummy":
+                client = RecordingModel(client, Path(record_to) / f"{name}-{{host}}-{{pid}}.jsonl")
+            clients[name] = client
+        return cls(clients)
 
     def __getitem__(self, name: str) -> ModelClient:
         return self._clients[name]

@@ -387,6 +387,11 @@ async def _legacy(request: web.Request) -> web.Response:
 
 
 async def _models(request: web.Request) -> web.Response:
+    options = request.app[_OPTIONS]
+    if options.api_key is not None and (request.headers.get("Authorization")
+                                        != f"Bearer {options.api_key}"):
+        return _error(request.app[_STATE], 401, "Incorrect API key provided.",
+                      "invalid_request_error", code="invalid_api_key")
     created = int(time.time())
     data = [{"id": m, "object": "model", "created": created, "owned_by": "populace"}
             for m in request.app[_OPTIONS].models]

@@ -13,8 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from populace.core import Msg, PerWorker, Simulation, derive_seed, wait
-from populace.llm import ModelSet
+from populace.core import ConfigError, Msg, PerWorker, Simulation, derive_seed, wait
+from populace.llm import ModelSet, preflight
 from populace.population import generate_backgrounds, sample_population
 from populace.results import RunDirectory
 
@@ -199,14 +199,33 @@ async def _backgrounds(config: RunConfig, profiles: pa.Table, run_dir: RunDirect
                     type=pa.string())
 
 
+def _recorded_backgrounds(run: Path, profiles: pa.Table) -> pa.Array:
+    """The backgrounds a replayed run used, from its profiles.parquet."""
+    import pyarrow.parquet as pq
+
+    try:
+        recorded = pq.read_table(run / "profiles.parquet", columns=["agent_id", "background"])
+    except (OSError, KeyError, pa.ArrowInvalid) as e:
+        raise ConfigError(f"{run}: cannot replay backgrounds from profiles.parquet: {e}") \
+            from None
+    by_id = dict(zip(recorded.column("agent_id").to_pylist(),
+                     recorded.column("background").to_pylist(), strict=True))
+    return pa.array([by_id.get(i, "") for i in profiles.column("agent_id").to_pylist()],
+                    type=pa.string())
+
+
 async def play(
     config: RunConfig,
     run_dir: RunDirectory | None = None,
     reporter: Reporter | None = None,
     timings: Timings | None = None,
+    *,
+    replay: str | Path | None = None,
 ) -> dict[str, Any]:
     """Play ``config.rounds`` rounds; write results to ``run_dir`` as each round ends.
 
+    Every LLM call is recorded under ``run_dir/llm_calls/``; with ``replay`` (an earlier run
+    directory) models answer from that run's recording instead, making no request at all.
     Returns the summary (also written to ``summary.json``).
     """
     reporter = reporter or SilentReporter()
@@ -229,6 +248,11 @@ async def play(
         "agents": n, "rounds_planned": config.rounds, "seed": config.seed,
         "model": config.model_name, "models": sorted(in_use), "rounds": [], "wall_s": 0.0,
     }
+    if replay is None:  # one clear line now beats a thousand failed calls later
+        needed = set(in_use)
+        if config.population is not None and config.population.backgrounds.model:
+            needed.add(config.population.backgrounds.model)
+        await preflight({name: config.models[name] for name in sorted(needed)})
     attributes = config.agent_fields()
     rules = Rules(config.seed, game.low, game.high, game.temperature, game.max_tokens,
                   {name: config.protocol_for(name) for name in in_use}, game.memory_rounds,
@@ -239,7 +263,8 @@ async def play(
             if name not in ("agent_id", "group"):
                 profiles = profiles.append_column(name, people.column(name))
         if "background" in attributes:
-            written = await _backgrounds(config, profiles, run_dir)
+            written = (_recorded_backgrounds(Path(replay), profiles) if replay is not None
+                       else await _backgrounds(config, profiles, run_dir))
             profiles = profiles.append_column("background", written)
     composition_note = _composition(config, profiles)
     if run_dir is not None:
@@ -253,7 +278,11 @@ async def play(
                 Participant, n, name="participants",
                 profiles=(profiles.select(["model", *attributes])
                           if len(in_use) > 1 or attributes else None),
-                init={"models": PerWorker(ModelSet.build, in_use), "rules": rules},
+                init={"models": PerWorker(
+                    ModelSet.build, in_use,
+                    record_to=run_dir.path / "llm_calls" if run_dir is not None else None,
+                    replay_from=Path(replay) / "llm_calls" if replay is not None else None),
+                      "rules": rules},
             )
             timings.create_s = time.perf_counter() - t0
             last: RoundOutcome | None = None

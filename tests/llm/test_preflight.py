@@ -1,0 +1,113 @@
+"""preflight: one clear line before a run when a configured model cannot answer."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from populace.core import ConfigError
+from populace.llm import DummyConfig, OpenAIConfig, ServerOptions, preflight, running_server
+
+
+def openai(urls: str | list[str], model: str = "dummy", **kw: Any) -> OpenAIConfig:
+    return OpenAIConfig(provider="openai", model=model,
+                        base_urls=[urls] if isinstance(urls, str) else urls, **kw)
+
+
+async def problem(models: dict[str, Any], **kw: Any) -> str:
+    with pytest.raises(ConfigError) as err:
+        await preflight(models, **kw)
+    message = str(err.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.fixture
+def silent_url() -> Iterator[str]:
+    """A loopback base URL whose server accepts connections and never answers."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        yield f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+
+
+async def test_reachable_servers_serving_the_model_pass(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POPULACE_TEST_KEY", "sekrit")
+    async with running_server(ServerOptions(models=["a", "b"])) as one, \
+            running_server(ServerOptions(models=["b"], api_key="sekrit")) as two:
+        await preflight({
+            "dummy": DummyConfig(latency=0),
+            "first": openai(one, "a"),
+            "second": openai([one, two], "b", api_key_env="POPULACE_TEST_KEY"),
+        })
+        await preflight({})
+
+
+async def test_an_unreachable_base_url(dead_url: str) -> None:
+    message = await problem({"d": DummyConfig(), "qwen": openai(dead_url)})
+    assert message == f"models.qwen: cannot reach {dead_url} (connection refused)"
+
+
+async def test_a_server_that_never_answers(silent_url: str) -> None:
+    start = time.monotonic()
+    message = await problem({"qwen": openai(silent_url)}, timeout=0.3)
+    assert message == f"models.qwen: cannot reach {silent_url} (no answer within 0.3 s)"
+    assert time.monotonic() - start < 2
+
+
+async def test_a_model_the_server_does_not_serve() -> None:
+    async with running_server(ServerOptions(models=["Qwen/Qwen2.5-7B", "llama3:latest"])) as base:
+        message = await problem({"qwen": openai(base, "Qwen/Qwen2.5-7b")})
+        assert message == (f"models.qwen: server at {base} does not serve model "
+                           "'Qwen/Qwen2.5-7b' (it serves: Qwen/Qwen2.5-7B, llama3:latest)")
+        await preflight({"llama": openai(base, "llama3")})  # Ollama's implicit ":latest"
+
+
+async def test_a_missing_api_key_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("POPULACE_TEST_KEY", raising=False)
+    config = openai("http://127.0.0.1:9/v1", api_key_env="POPULACE_TEST_KEY")
+    message = await problem({"qwen": config})
+    assert message == ("models.qwen: environment variable POPULACE_TEST_KEY (api_key_env) "
+                       "is not set or empty")
+    monkeypatch.setenv("POPULACE_TEST_KEY", "")
+    assert "POPULACE_TEST_KEY" in await problem({"qwen": config})
+
+
+async def test_a_rejected_or_absent_api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POPULACE_TEST_KEY", "wrong")
+    async with running_server(ServerOptions(api_key="right")) as base:
+        message = await problem({"qwen": openai(base, api_key_env="POPULACE_TEST_KEY")})
+        assert message == (f"models.qwen: server at {base} rejected the API key from "
+                           "POPULACE_TEST_KEY (HTTP 401)")
+        message = await problem({"qwen": openai(base)})
+        assert message.startswith(f"models.qwen: server at {base} requires an API key")
+
+
+async def test_a_base_url_that_is_not_the_api_root(scripted_server: Any) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({})
+
+    async with scripted_server(handler) as base:
+        root = base.removesuffix("/v1")
+        message = await problem({"qwen": openai(root)})
+        assert message == (f"models.qwen: server at {root} answered HTTP 404 to GET /models; "
+                           "is the base URL right (usually ending in /v1)?")
+
+
+async def test_the_first_problem_is_reported_with_a_count_of_the_rest(
+        dead_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("POPULACE_TEST_KEY", raising=False)
+    async with running_server() as base:
+        message = await problem({
+            "fine": openai(base),
+            "wrong": openai([base, dead_url], "nope"),
+            "keyless": openai(base, api_key_env="POPULACE_TEST_KEY"),
+        })
+    assert message == (f"models.wrong: server at {base} does not serve model 'nope' "
+                       "(it serves: dummy) (+2 more)")
