@@ -22,7 +22,7 @@ from rich.table import Table
 
 from populace._procmem import PeakMemory
 from populace.config import load_config, read_yaml, validate
-from populace.core import ConfigError, PopulaceError
+from populace.core import ConfigError, PopulaceError, WorkerLost
 from populace.results import RunDirectory
 from populace.scenarios.guess_number import RoundOutcome, RunConfig, Timings, play
 
@@ -37,6 +37,40 @@ err = Console(stderr=True)
 
 EXIT_CONFIG = 2
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+MAX_RECOVERIES = 2  # worker losses a run recovers from by itself before giving up
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived; the run was stopped cleanly."""
+
+
+def _run_until_signalled(coro: Any) -> Any:
+    """``asyncio.run(coro)``, with SIGTERM handled like Ctrl-C: the run is cancelled, so its
+    cleanup (flushing results, stopping workers) runs before the process exits."""
+    import signal
+
+    terminated = False
+
+    async def main() -> Any:
+        nonlocal terminated
+        task = asyncio.current_task()
+        assert task is not None
+
+        def on_term() -> None:
+            nonlocal terminated
+            terminated = True
+            task.cancel()
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_term)
+        return await coro
+
+    try:
+        return asyncio.run(main())
+    except asyncio.CancelledError:
+        if terminated:
+            raise _Terminated() from None
+        raise KeyboardInterrupt() from None
 
 SCENARIOS = {"guess_number": RunConfig}
 
@@ -160,7 +194,8 @@ def _summary_table(summary: dict[str, Any]) -> Table:
 
 @app.command()
 def run(
-    config: Annotated[Path, typer.Argument(help="run file (YAML)")],
+    config: Annotated[Path | None, typer.Argument(
+        help="run file (YAML); not needed with --resume")] = None,
     agents: Annotated[int | None, typer.Option(help="override agents:")] = None,
     rounds: Annotated[int | None, typer.Option(help="override rounds:")] = None,
     workers: Annotated[int | None, typer.Option(help="override workers:")] = None,
@@ -172,8 +207,20 @@ def run(
                                                  "(default runs/NAME-TIMESTAMP)")] = None,
     replay: Annotated[Path | None, typer.Option(
         help="answer every LLM call from this earlier run's recording (no requests)")] = None,
+    resume: Annotated[Path | None, typer.Option(
+        help="continue this interrupted run directory from its last checkpoint")] = None,
 ) -> None:
     """Run a simulation from a run file and write its run directory."""
+    if resume is not None:
+        if config is not None or out_dir is not None:
+            raise _Fail("--resume RUN_DIR takes its config from RUN_DIR/config.yaml; "
+                        "give no CONFIG and no --out", EXIT_CONFIG)
+        config, out_dir = resume / "config.yaml", resume
+        if not config.is_file():
+            raise _Fail(f"--resume {resume}: no config.yaml there (not a run directory?)",
+                        EXIT_CONFIG)
+    if config is None:
+        raise _Fail("missing the run file: populace run CONFIG.yaml", EXIT_CONFIG)
     scenario = read_yaml(config).get("scenario")
     if isinstance(scenario, str) and scenario.endswith(".py"):
         _run_file_scenario(config, {"agents": agents, "rounds": rounds, "workers": workers,
@@ -186,19 +233,33 @@ def run(
         raise ConfigError(f"--replay {replay}: no llm_calls/ recording in that directory")
     target = out_dir or Path("runs") / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
-        run_dir = RunDirectory.create(target)
+        run_dir = RunDirectory(target) if resume is not None else RunDirectory.create(target)
     except FileExistsError as e:
         raise _Fail(str(e), EXIT_CONFIG) from None
     out.print(f"[bold]{cfg.name}[/bold]: {cfg.agents:,} agents × {cfg.rounds} rounds on "
               f"{cfg.workers} {cfg.backend} worker(s), model {cfg.model_name}, seed {cfg.seed}",
               soft_wrap=True)
     reporter = RichReporter(cfg.rounds, out)
+    resuming = resume is not None
     try:
-        summary = asyncio.run(play(cfg, run_dir, reporter, replay=replay))
-    except KeyboardInterrupt:
+        for attempt in range(MAX_RECOVERIES + 1):
+            try:
+                summary = _run_until_signalled(
+                    play(cfg, run_dir, reporter, replay=replay, resume=resuming))
+                break
+            except WorkerLost as e:
+                reporter.progress.stop()
+                if attempt == MAX_RECOVERIES:
+                    raise _Fail(f"{e}; gave up after {MAX_RECOVERIES} recoveries; continue "
+                                f"with: populace run --resume {run_dir.path}", 1) from None
+                err.print(f"[yellow]warning:[/yellow] {e}; restarting the workers from the "
+                          "last checkpoint", soft_wrap=True)
+                resuming = True
+    except (KeyboardInterrupt, _Terminated) as e:
         reporter.progress.stop()
-        raise _Fail(f"interrupted; results of finished rounds are in {run_dir.path}",
-                    EXIT_INTERRUPTED) from None
+        code = EXIT_TERMINATED if isinstance(e, _Terminated) else EXIT_INTERRUPTED
+        raise _Fail(f"stopped; finished rounds are in {run_dir.path}; continue with: "
+                    f"populace run --resume {run_dir.path}", code) from None
     out.print(_summary_table(summary))
     out.print(f"wall time {summary['wall_s']:.2f} s; results in [bold]{run_dir.path}[/bold]",
               soft_wrap=True)  # a path broken over lines cannot be copied

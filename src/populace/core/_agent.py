@@ -64,11 +64,13 @@ class Memory:
     def last(self) -> Msg | None:
         return self._items[-1] if self._items else None
 
-    def get_state(self) -> list[Msg]:
-        return list(self._items)
+    def get_state(self) -> list[tuple[Any, ...]]:
+        """Plain tuples, not Msg objects: pickling a million agents' memories stays fast."""
+        return [(m.sender, m.content, m.role, m.metadata) for m in self._items]
 
-    def set_state(self, items: list[Msg]) -> None:
-        self._items = list(items)[-self.maxlen :]
+    def set_state(self, items: list[Any]) -> None:
+        msgs = [m if isinstance(m, Msg) else Msg(*m) for m in items]
+        self._items = msgs[-self.maxlen :]
 
 
 class PerWorker:

@@ -168,6 +168,20 @@ class AgentGroup:
                             f"got {fn!r}")
         return self._sim._submit_group(self, fn, args)
 
+    def scatter(self, fn: Callable[..., Any], values: Sequence[Any], *args: Any
+                ) -> PlaceholderSet[Any]:
+        """Run ``fn(agent, *args, values[i])`` for member ``i``: one value per member.
+
+        >>> async def restore(group, states):
+        ...     await group.scatter(Agent.set_state, states)
+        """
+        if not callable(fn):
+            raise TypeError(f"scatter() needs a callable, got {fn!r}")
+        if len(values) != len(self):
+            raise ValueError(f"scatter() needs one value per member: got {len(values)} "
+                             f"for {len(self)} members")
+        return self._sim._submit_group(self, fn, args, values)
+
     def _partition(self) -> list[tuple[int, list[int] | range, range | np.ndarray]]:
         """``(worker, local indices, member positions)`` per worker, computed once."""
         if self._parts is None:

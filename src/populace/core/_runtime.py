@@ -366,8 +366,8 @@ class Simulation:
         if p is not None:
             p.set_exception(CallTimeout(f"{p._origin} did not finish within {timeout} s"))
 
-    def _submit_group(self, group: AgentGroup, target: Any, args: tuple[Any, ...]
-                      ) -> PlaceholderSet[Any]:
+    def _submit_group(self, group: AgentGroup, target: Any, args: tuple[Any, ...],
+                      each: Sequence[Any] | None = None) -> PlaceholderSet[Any]:
         loop = self._require_running()
         name = target if isinstance(target, str) else getattr(target, "__name__", "call")
         pset: PlaceholderSet[Any] = PlaceholderSet(loop, len(group), f"{group.name}.{name}()",
@@ -380,8 +380,13 @@ class Simulation:
         self._next_call += 1
         self._batches[batch_id] = (pset, [positions for _, _, positions in parts],
                                    [worker for worker, _, _ in parts])
-        for segment, (worker, locals_, _) in enumerate(parts):
-            self._enqueue(worker, GroupRequest(batch_id, segment, locals_, target, args))
+        for segment, (worker, locals_, positions) in enumerate(parts):
+            mine = None
+            if each is not None:
+                mine = (list(each[positions.start:positions.stop]) if type(positions) is range
+                        else [each[int(i)] for i in positions])
+            self._enqueue(worker, GroupRequest(batch_id, segment, locals_, target, args,
+                                               each=mine))
         return pset
 
     def _held_by(self, worker: int) -> str:

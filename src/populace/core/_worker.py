@@ -44,6 +44,7 @@ class GroupRequest:
     target: Target
     args: tuple[Any, ...]
     refs: bool = False  # args hold RemoteRefs (set by remote backends)
+    each: Sequence[Any] | None = None  # one extra trailing argument per slot (scatter)
 
 
 @dataclass(slots=True)
@@ -277,6 +278,10 @@ class Worker:
         agents = self._agents
         target = req.target
         self._n_started += len(req.locals)
+        if req.each is not None:
+            for slot, (local, extra) in enumerate(zip(req.locals, req.each, strict=True)):
+                self._run_one(agents[local], target, (*args, extra), seg, slot)
+            return
         for slot, local in enumerate(req.locals):
             self._run_one(agents[local], target, args, seg, slot)
 

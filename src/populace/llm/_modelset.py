@@ -6,6 +6,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from populace.core import ModelError
+
 from ._base import ModelClient, ModelStats
 from ._config import build_model
 from ._record import RecordingModel, ReplayModel
@@ -22,19 +24,26 @@ class ModelSet(Mapping[str, ModelClient]):
 
     @classmethod
     def build(cls, configs: Mapping[str, Any], *, record_to: str | Path | None = None,
-              replay_from: str | Path | None = None) -> ModelSet:
+              replay_from: str | Path | None = None, resume: bool = False) -> ModelSet:
         """Clients for ``configs``.
 
         ``record_to``: a directory; every call to a non-dummy model is appended to
         ``NAME-HOST-PID.jsonl`` there (one file per worker process). ``replay_from``: a
-        directory of such recordings; models answer from it and make no request at all.
+        directory of such recordings; models answer from it and make no request at all —
+        unless ``resume``, where a request not in the recording goes to the live model (the
+        calls an interrupted run already made are not paid for twice).
         """
         clients: dict[str, ModelClient] = {}
         for name, cfg in configs.items():
-            if replay_from is not None and cfg.provider != "dummy":
-                clients[name] = ReplayModel(Path(replay_from), name)
-                continue
-            client = build_model(name, cfg)
+            client: ModelClient
+            if cfg.provider == "dummy" or replay_from is None:
+                client = build_model(name, cfg)
+            elif not resume:
+                client = ReplayModel(Path(replay_from), name)
+            else:
+                client = build_model(name, cfg)
+                if any(Path(replay_from).glob(f"{name}-*.jsonl")):
+                    client = ReplayThenLive(ReplayModel(Path(replay_from), name), client)
             if record_to is not None and cfg.provider != "dummy":
                 client = RecordingModel(client, Path(record_to) / f"{name}-{{host}}-{{pid}}.jsonl")
             clients[name] = client
@@ -55,3 +64,25 @@ class ModelSet(Mapping[str, ModelClient]):
     async def aclose(self) -> None:
         for client in self._clients.values():
             await client.aclose()
+
+
+class ReplayThenLive:
+    """Answers from a recording when it can, from the live model otherwise."""
+
+    def __init__(self, recording: ReplayModel, live: ModelClient) -> None:
+        self.name = live.name
+        self.recording = recording
+        self.live = live
+
+    async def complete(self, messages: Any, **params: Any) -> Any:
+        try:
+            return await self.recording.complete(messages, **params)
+        except ModelError:
+            return await self.live.complete(messages, **params)
+
+    def statistics(self) -> ModelStats:
+        return self.live.statistics()
+
+    async def aclose(self) -> None:
+        await self.recording.aclose()
+        await self.live.aclose()

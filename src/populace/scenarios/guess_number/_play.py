@@ -13,10 +13,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from populace.core import ConfigError, Msg, PerWorker, Simulation, derive_seed, wait
+from populace.core import ConfigError, Msg, PerWorker, Simulation, WorkerLost, derive_seed, wait
 from populace.llm import ModelSet, preflight
 from populace.population import generate_backgrounds, sample_population
-from populace.results import RunDirectory
+from populace.results import (
+    RunDirectory,
+    latest_checkpoint,
+    read_summary,
+    write_checkpoint,
+)
 
 from ._agents import Guess, Participant, Rules
 from ._config import RunConfig
@@ -214,6 +219,31 @@ def _recorded_backgrounds(run: Path, profiles: pa.Table) -> pa.Array:
                     type=pa.string())
 
 
+def _resume_point(run_dir: RunDirectory, summary: dict[str, Any]
+                  ) -> tuple[int, RoundOutcome | None, list[Any] | None]:
+    """Where an interrupted run continues: (first round to play, last outcome, agent states).
+
+    Rounds after the newest valid checkpoint are dropped (their rows are played again), so
+    no row is duplicated or missing.
+    """
+    try:
+        before = read_summary(run_dir.path)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{run_dir.path}: nothing to resume (summary.json: {e})") from None
+    point = latest_checkpoint(run_dir.path, up_to=len(before.get("rounds", [])))
+    done = point[0] if point is not None else 0
+    for part in (run_dir.path / "parts").glob("responses-r*.parquet"):
+        if int(part.stem.rsplit("r", 1)[1]) > done:
+            part.unlink()
+    (run_dir.path / "responses.parquet").unlink(missing_ok=True)
+    summary["rounds"] = before.get("rounds", [])[:done]
+    summary["resumed_from_round"] = done
+    if point is None:
+        return 1, None, None
+    state = point[1]
+    return done + 1, RoundOutcome(**state["last"]), state["agents"]
+
+
 async def play(
     config: RunConfig,
     run_dir: RunDirectory | None = None,
@@ -221,13 +251,19 @@ async def play(
     timings: Timings | None = None,
     *,
     replay: str | Path | None = None,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Play ``config.rounds`` rounds; write results to ``run_dir`` as each round ends.
 
     Every LLM call is recorded under ``run_dir/llm_calls/``; with ``replay`` (an earlier run
     directory) models answer from that run's recording instead, making no request at all.
+    After every round the agents' state is checkpointed; ``resume`` continues ``run_dir``
+    from its last checkpoint, answering calls the interrupted round already made from the
+    recording, so the results equal those of an uninterrupted run.
     Returns the summary (also written to ``summary.json``).
     """
+    if resume and run_dir is None:
+        raise ValueError("resume needs the run directory to continue")
     reporter = reporter or SilentReporter()
     timings = timings if timings is not None else Timings()
     started = time.perf_counter()
@@ -253,6 +289,10 @@ async def play(
         if config.population is not None and config.population.backgrounds.model:
             needed.add(config.population.backgrounds.model)
         await preflight({name: config.models[name] for name in sorted(needed)})
+    start_round, last, restored = 1, None, None
+    if resume:
+        assert run_dir is not None
+        start_round, last, restored = _resume_point(run_dir, summary)
     attributes = config.agent_fields()
     rules = Rules(config.seed, game.low, game.high, game.temperature, game.max_tokens,
                   {name: config.protocol_for(name) for name in in_use}, game.memory_rounds,
@@ -281,12 +321,16 @@ async def play(
                 init={"models": PerWorker(
                     ModelSet.build, in_use,
                     record_to=run_dir.path / "llm_calls" if run_dir is not None else None,
-                    replay_from=Path(replay) / "llm_calls" if replay is not None else None),
+                    replay_from=(Path(replay) / "llm_calls" if replay is not None
+                                 else run_dir.path / "llm_calls" if resume and run_dir
+                                 else None),
+                    resume=resume),
                       "rules": rules},
             )
+            if restored is not None:
+                await players.scatter(Participant.set_state, restored)
             timings.create_s = time.perf_counter() - t0
-            last: RoundOutcome | None = None
-            for round_no in range(1, config.rounds + 1):
+            for round_no in range(start_round, config.rounds + 1):
                 t_round, cpu_round = time.perf_counter(), time.process_time()
                 reporter.round_started(round_no, n)
                 # One seed per round; each participant mixes in its id (seed_for).
@@ -298,6 +342,9 @@ async def play(
                     await wait([answers], timeout=0.1)
                     reporter.round_progress(round_no, answers.n_done, n)
                 results = answers.results(return_exceptions=True)
+                lost = next((r for r in results if isinstance(r, WorkerLost)), None)
+                if lost is not None:  # never write a round with holes: resume replays it
+                    raise lost
                 table = _table(round_no, ids, groups, models, results)
                 numbers = table.column("number").to_numpy(zero_copy_only=False)
                 last = score_round(round_no, numbers, game.ratio, game.offset)
@@ -319,6 +366,9 @@ async def play(
                 summary["rounds"].append(entry)
                 summary["wall_s"] = round(time.perf_counter() - started, 4)
                 if run_dir is not None:
+                    states = await players.map(Participant.get_state)
+                    write_checkpoint(run_dir.path, round_no,
+                                     {"agents": states, "last": last.as_dict()})
                     run_dir.write_summary(summary)
                 reporter.round_finished(last, wall)
         summary["status"] = "completed"

@@ -1,0 +1,75 @@
+"""Checkpoints: the state a run needs to continue, written atomically and checksummed.
+
+A checkpoint is one file per completed round, ``RUN_DIR/checkpoints/round-NNNNN.ckpt``:
+a small header line (format, SHA-256 of the body, body length) followed by the pickled body.
+It is written to a temporary file, fsynced and renamed, so a crash leaves either the previous
+checkpoint or the new one; a damaged file is detected by its checksum on load and the loader
+falls back to the previous round.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+_MAGIC = "populace-checkpoint/1"
+
+
+class CheckpointError(Exception):
+    """A checkpoint file is missing, truncated or fails its checksum."""
+
+
+def _path(run_dir: Path, round_no: int) -> Path:
+    return run_dir / "checkpoints" / f"round-{round_no:05d}.ckpt"
+
+
+def write_checkpoint(run_dir: str | Path, round_no: int, state: Any) -> Path:
+    """Persist ``state`` as the checkpoint after ``round_no``; durable once this returns."""
+    body = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+    header = json.dumps({"format": _MAGIC, "round": round_no, "bytes": len(body),
+                         "sha256": hashlib.sha256(body).hexdigest()}).encode() + b"\n"
+    path = _path(Path(run_dir), round_no)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(header)
+        f.write(body)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    # Older checkpoints are superseded; keep one spare in case the newest is damaged.
+    for old in sorted(path.parent.glob("round-*.ckpt"))[:-2]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def read_checkpoint(path: str | Path) -> tuple[int, Any]:
+    """``(round, state)`` from one checkpoint file, verified; raises CheckpointError."""
+    p = Path(path)
+    try:
+        with open(p, "rb") as f:
+            header = json.loads(f.readline())
+            body = f.read()
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{p}: unreadable checkpoint ({e})") from None
+    if not isinstance(header, dict) or header.get("format") != _MAGIC:
+        raise CheckpointError(f"{p}: not a populace checkpoint")
+    if len(body) != header.get("bytes") or hashlib.sha256(body).hexdigest() != header.get("sha256"):
+        raise CheckpointError(f"{p}: checksum mismatch (the file is damaged)")
+    return int(header["round"]), pickle.loads(body)
+
+
+def latest_checkpoint(run_dir: str | Path, up_to: int | None = None) -> tuple[int, Any] | None:
+    """The newest valid checkpoint at or before round ``up_to`` (any round if None)."""
+    for path in sorted((Path(run_dir) / "checkpoints").glob("round-*.ckpt"), reverse=True):
+        try:
+            round_no, state = read_checkpoint(path)
+        except CheckpointError:
+            continue
+        if up_to is None or round_no <= up_to:
+            return round_no, state
+    return None
