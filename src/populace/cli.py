@@ -353,6 +353,97 @@ def serve_llm(
         raise _Fail(f"serve-llm: cannot listen on {host}:{port}: {e.strerror}", 1) from None
 
 
+population_app = typer.Typer(no_args_is_help=True, help="Sample populations of personas.")
+app.add_typer(population_app, name="population")
+
+
+@population_app.command("sample")
+def population_sample(
+    config: Annotated[Path, typer.Argument(help="population file, or a run file with "
+                                           "a population: block")],
+    seed: Annotated[int | None, typer.Option(help="override the seed")] = None,
+    size: Annotated[int | None, typer.Option(min=1, help="override the size")] = None,
+    out_file: Annotated[Path, typer.Option("--out", help="Parquet file to write")
+                        ] = Path("population.parquet"),
+) -> None:
+    """Sample a population exactly (counts match the shares) and write it as Parquet."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from populace.population import load_population_config, sample_population
+
+    cfg = load_population_config(config, {"size": size} if size else None)
+    started = time.perf_counter()
+    table = sample_population(cfg, seed)
+    elapsed = time.perf_counter() - started
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, out_file)
+    summary = Table(title=f"{table.num_rows:,} agents sampled in {elapsed:.2f} s")
+    summary.add_column("aspect")
+    summary.add_column("counts")
+    for name in table.column_names:
+        if name in ("agent_id", "group"):
+            continue
+        column = table.column(name)
+        if _is_numeric(column.type):
+            summary.add_row(name, f"mean {pc.mean(column).as_py():.3g}, "
+                                  f"min {pc.min(column).as_py()}, max {pc.max(column).as_py()}")
+        else:
+            tally = pc.value_counts(column.combine_chunks()).to_pylist()
+            top = sorted(tally, key=lambda r: -r["counts"])[:8]
+            more = f", … ({len(tally) - 8} more)" if len(tally) > 8 else ""
+            summary.add_row(name, ", ".join(f"{r['values']}: {r['counts']:,}" for r in top)
+                            + more)
+    out.print(summary)
+    out.print(f"written to [bold]{out_file}[/bold]", soft_wrap=True)
+
+
+def _is_numeric(t: Any) -> bool:
+    import pyarrow.types as pt
+
+    return bool(pt.is_integer(t) or pt.is_floating(t))
+
+
+@app.command()
+def backgrounds(
+    config: Annotated[Path, typer.Argument(help="run file with models: and a population: "
+                                           "block whose backgrounds.model names a model")],
+    seed: Annotated[int | None, typer.Option(help="override the seed")] = None,
+    out_file: Annotated[Path, typer.Option("--out", help="Parquet file to write")
+                        ] = Path("backgrounds.parquet"),
+    cache: Annotated[Path, typer.Option(help="cache of answers (reruns resume from it)")
+                     ] = Path(".populace-cache/backgrounds"),
+) -> None:
+    """Sample the population and have an LLM write each agent's background (cached)."""
+    from populace.llm import ModelSet, preflight
+    from populace.population import generate_backgrounds, sample_population
+
+    cfg = _load(config, {"seed": seed})
+    if cfg.population is None or cfg.population.backgrounds.model is None:
+        raise ConfigError(f"{config}: population.backgrounds.model: required to write "
+                          "backgrounds (name a model under models:)")
+    name = cfg.population.backgrounds.model
+    profiles = sample_population(cfg.population, cfg.seed, size=cfg.agents)
+
+    async def write() -> Any:
+        await preflight({name: cfg.models[name]})
+        client = ModelSet.build({name: cfg.models[name]})[name]
+        try:
+            return await generate_backgrounds(profiles, client, cfg.population, cache,
+                                              out_file, seed=cfg.seed)
+        finally:
+            await client.aclose()
+
+    result = _run_until_signalled(write())
+    out.print(f"{result.total:,} backgrounds: {result.cached:,} from the cache, "
+              f"{result.generated:,} written, {result.failed:,} failed "
+              f"({result.requests:,} requests, {result.elapsed_s:.1f} s); "
+              f"written to [bold]{out_file}[/bold]", soft_wrap=True)
+    if result.failed:
+        raise _Fail(f"{result.failed} agents have no background; see the error column of "
+                    f"{out_file} (rerun to retry only those)", 1)
+
+
 def main() -> None:
     """Entry point: runs the app, turning expected failures into one line + exit status."""
     try:
