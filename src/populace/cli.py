@@ -429,6 +429,7 @@ def backgrounds(
         await preflight({name: cfg.models[name]})
         client = ModelSet.build({name: cfg.models[name]})[name]
         try:
+            assert cfg.population is not None
             return await generate_backgrounds(profiles, client, cfg.population, cache,
                                               out_file, seed=cfg.seed)
         finally:

@@ -172,7 +172,7 @@ class Placeholder(_Awaitable, Generic[T]):
             raise self._error
         if self._value is _PENDING:
             raise asyncio.InvalidStateError(f"{self._origin} is still pending")
-        return self._value  # type: ignore[no-any-return]
+        return self._value
 
     def exception(self) -> BaseException | None:
         """The call's error, or ``None`` if it succeeded; ``InvalidStateError`` while pending."""
@@ -407,7 +407,11 @@ async def _until(items: list[AnyPlaceholder], count: int, timeout: float | None)
             p._park(one_done)
     handle = None
     if timeout is not None:
-        handle = loop.call_later(timeout, lambda: fut.done() or fut.set_result(None))
+        def expire() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        handle = loop.call_later(timeout, expire)
     try:
         await fut
     finally:

@@ -125,7 +125,7 @@ class WorkerActor:
             return hit
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.waiting.setdefault(call_id, []).append(fut)
-        return await fut  # type: ignore[no-any-return]
+        return await fut
 
     async def poll(self) -> tuple[list[Update], WorkerStats]:
         """Wait for outcomes, then return all of them at once, with fresh statistics."""
@@ -229,7 +229,8 @@ class RayBackend:
 
     async def create(self, worker: int, cls: type[Agent], ids: Sequence[int],
                      columns: dict[str, list[Any]] | None, init: dict[str, Any]) -> int:
-        return await self._actors[worker].create.remote(cls, ids, columns, init)  # type: ignore[no-any-return]
+        local: int = await self._actors[worker].create.remote(cls, ids, columns, init)
+        return local
 
     def submit(self, worker: int, requests: list[Request]) -> None:
         self._actors[worker].submit.remote(requests)

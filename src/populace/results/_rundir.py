@@ -109,4 +109,5 @@ def read_table(run_dir: str | Path, name: str = "responses") -> pa.Table:
 
 
 def read_summary(run_dir: str | Path) -> dict[str, Any]:
-    return json.loads((Path(run_dir) / "summary.json").read_text())  # type: ignore[no-any-return]
+    summary: dict[str, Any] = json.loads((Path(run_dir) / "summary.json").read_text())
+    return summary

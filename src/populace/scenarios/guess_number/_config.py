@@ -106,6 +106,10 @@ class GameConfig(_Strict):
         return value
 
 
+def _default_models() -> dict[str, ModelConfig]:
+    return {"dummy": DummyConfig()}
+
+
 class RunConfig(_Strict):
     """The whole run file of the ``guess_number`` scenario."""
 
@@ -118,8 +122,7 @@ class RunConfig(_Strict):
     backend: Literal["local", "ray"] = Field("local", description="where workers live")
     address: str | None = Field(None, description="Ray cluster to join ('auto', 'ray://…'); "
                                 "default: start a local one")
-    models: dict[str, ModelConfig] = Field(default_factory=lambda: {"dummy": DummyConfig()},
-                                           min_length=1)
+    models: dict[str, ModelConfig] = Field(default_factory=_default_models, min_length=1)
     model: str | None = Field(None, validate_default=True,
                               description="name in models: used by every participant")
     assign: dict[str, Share] | None = Field(
