@@ -60,10 +60,16 @@ def test_run_writes_a_complete_run_directory(tmp_path: Path, fast_example: Path)
                                          "high": 100}
     game = config["game"]
     assert game["ratio"] == "2/3"
-    assert "{n_players}" in game["prompt"] and "{history}" in game["prompt"]
+    # The default prompt: the rules, then the level's instruction; what happened in earlier
+    # rounds reaches participants through their conversation, not through {history}.
+    assert "{n_players}" in game["prompt"] and game["prompt"].endswith(" {instruction}")
+    assert "{history}" not in game["prompt"]
+    assert (game["level"], game["famous_note"], game["protocol"]) == ("P1", False, "auto")
+    assert (game["memory_rounds"], game["max_tokens"]) == (5, None)
     for key in ("offset", "low", "high", "feedback", "temperature", "groups"):
         assert key in game  # every default is written out, not just what the file set
-    assert {"scenario", "workers", "backend", "model"} <= set(config)
+    assert {"scenario", "workers", "backend", "model", "assign"} <= set(config)
+    assert config["assign"] is None
 
     profiles = pq.read_table(out / "profiles.parquet")
     assert profiles.num_rows == 300
@@ -73,9 +79,13 @@ def test_run_writes_a_complete_run_directory(tmp_path: Path, fast_example: Path)
     assert (out / "responses.parquet").exists()
     assert responses.num_rows == 600
     assert sorted(set(responses.column("round").to_pylist())) == [1, 2]
+    # auto is the direct protocol for the dummy model: one call each, nothing to extract.
+    assert set(responses.column("calls").to_pylist()) == {1}
+    assert responses.column("extract_raw").null_count == 600
 
     summary = read_summary(out)
     assert summary["status"] == "completed"
+    assert summary["models"] == ["dummy"]
     assert isinstance(summary["wall_s"], float) and summary["wall_s"] > 0
     assert [r["round"] for r in summary["rounds"]] == [1, 2]
     for entry in summary["rounds"]:
@@ -83,6 +93,8 @@ def test_run_writes_a_complete_run_directory(tmp_path: Path, fast_example: Path)
                 "winner_number"} <= set(entry)
         assert (entry["n"], entry["n_valid"]) == (300, 300)
         assert entry["target"] == pytest.approx(entry["mean"] * 2 / 3)
+        assert entry["usage"] == {"dummy": {"agents": 300, "calls": 300, "retries": 0,
+                                            "prompt_tokens": 0, "completion_tokens": 0}}
         assert f"winner={entry['winner_number']:g} " in proc.stdout
 
     # The same output directory again: refused, and the first run is untouched.
@@ -91,6 +103,9 @@ def test_run_writes_a_complete_run_directory(tmp_path: Path, fast_example: Path)
     assert again.stderr.strip().splitlines() == [f"error: {out} already holds a run; "
                                                  "choose another output directory"]
     assert read_summary(out)["agents"] == 300
+
+
+TWO_MODELS = "models:\n  a: {provider: dummy}\n  b: {provider: dummy}\n"
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -111,7 +126,22 @@ def _write(tmp_path: Path, text: str) -> Path:
         pytest.param("model: gpt9\n", ["model: model 'gpt9' is not defined", "dummy"],
                      id="unknown-model"),
         pytest.param("models:\n  a: {provider: dummy}\n  b: {provider: dummy}\n",
-                     ["model: models has several entries"], id="ambiguous-model"),
+                     ["models has several entries", "model:", "assign:"], id="ambiguous-model"),
+        pytest.param(f"{TWO_MODELS}assign: {{a: 1/3, c: 2/3}}\n",
+                     ["assign: model 'c' is not defined", "defined: a, b"],
+                     id="assign-unknown-model"),
+        pytest.param(f"{TWO_MODELS}assign: {{a: 1/3, b: 1/2}}\n",
+                     ["assign: fractions add up to 0.833333, expected 1"],
+                     id="assign-fractions-sum"),
+        pytest.param(f"agents: 10\n{TWO_MODELS}assign: {{a: 3, b: 4}}\n",
+                     ["assign: counts add up to 7, but agents is 10"], id="assign-counts-sum"),
+        pytest.param(f"{TWO_MODELS}model: a\nassign: {{a: 1/2, b: 1/2}}\n",
+                     ["either model:", "or assign:", "not both"], id="assign-and-model"),
+        pytest.param(f"{TWO_MODELS}assign: {{a: 0, b: 0}}\n",
+                     ["assign: give at least one positive share"], id="assign-all-zero"),
+        pytest.param(f"{TWO_MODELS}assign: {{a: lots, b: 1}}\n",
+                     ["assign.a:", "expected a fraction like 1/3 or a count", "'lots'"],
+                     id="assign-not-a-share"),
         pytest.param("game: {ratoi: 1/2}\n", ["game.ratoi: unknown key", "ratio"],
                      id="nested-typo"),
         pytest.param("models:\n  dummy:\n    provider: dummy\n    latency: -1\n",
@@ -154,7 +184,8 @@ def test_bad_run_file_in_a_process(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
         f"error: {path}: game.ratoi: unknown key (expected one of: ratio, offset, low, high, "
-        "prompt, feedback, temperature, groups)"]
+        "level, famous_note, protocol, prompt, feedback, memory_rounds, temperature, "
+        "max_tokens, groups)"]
 
 
 def test_missing_run_file(tmp_path: Path) -> None:
@@ -197,7 +228,8 @@ def test_ctrl_c_keeps_finished_rounds(tmp_path: Path, fast_example: Path) -> Non
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr
     assert stderr.strip().splitlines() == [
-        f"error: interrupted; results of finished rounds are in {out}"]
+        f"error: stopped; finished rounds are in {out}; continue with: "
+        f"populace run --resume {out}"]
     summary = read_summary(out)
     assert summary["status"] == "interrupted"
     done = len(summary["rounds"])
@@ -224,7 +256,7 @@ def test_bench_json() -> None:
     ("args", "expected"),
     [
         (["bench", "--agents", "0"], "Invalid value for '--agents'"),
-        (["run"], "Missing argument"),
+        (["run"], "missing the run file: populace run CONFIG.yaml"),
     ],
 )
 def test_usage_errors(args: list[str], expected: str) -> None:

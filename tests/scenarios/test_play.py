@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from populace.core import ModelError, derive_seed, seed_for
-from populace.llm import Completion, ModelStats
+from populace.llm import ChatMessage, Completion, ModelStats
+from populace.llm import _modelset as modelset_module
 from populace.results import RunDirectory, read_summary, read_table
 from populace.scenarios.guess_number import (
     RESPONSE_SCHEMA,
@@ -27,8 +28,11 @@ from populace.scenarios.guess_number import (
 )
 from populace.scenarios.guess_number import _play as play_module
 
-COLUMNS = ["round", "agent_id", "group", "model", "number", "valid", "raw", "error",
-           "latency_s", "prompt_tokens", "completion_tokens"]
+COLUMNS = ["round", "agent_id", "group", "model", "number", "valid", "raw", "extract_raw",
+           "error", "latency_s", "calls", "retries", "prompt_tokens", "completion_tokens"]
+
+#: What the direct protocol (the dummy model's) appends to every round prompt.
+ANSWER_FORMAT = " End with the sentence 'The answer is N', where N is your number."
 
 
 def make_config(**changes: Any) -> RunConfig:
@@ -57,10 +61,11 @@ def numbers_by_agent(table: pa.Table, round_no: int) -> list[float | None]:
 
 # -- a model the test controls -------------------------------------------------------------------
 class ScriptedModel:
-    """Answers ``answer(agent_id, round)`` and records every prompt, keyed the same way.
+    """Answers ``answer(agent_id, round)`` and records every request, keyed the same way.
 
-    Participants pass ``seed=seed_for(derive_seed(run seed, round), agent id)``; inverting that tells
-    the model who is asking.
+    Participants pass ``seed=seed_for(derive_seed(run seed, round), agent id)``; inverting that
+    tells the model who is asking. ``prompts`` holds the last message (the round prompt),
+    ``conversations`` every message sent.
     """
 
     def __init__(self, name: str, config: RunConfig,
@@ -70,6 +75,7 @@ class ScriptedModel:
                      for i in range(config.agents) for r in range(1, config.rounds + 1)}
         self._answer = answer
         self.prompts: dict[tuple[int, int], str] = {}
+        self.conversations: dict[tuple[int, int], list[ChatMessage]] = {}
         self.closed = False
 
     async def complete(
@@ -85,6 +91,7 @@ class ScriptedModel:
         assert seed is not None
         agent, round_no = self._who[seed]
         self.prompts[agent, round_no] = messages[-1]["content"]
+        self.conversations[agent, round_no] = [dict(m) for m in messages]
         await asyncio.sleep(0)  # answer on a later tick, like a real model
         text = self._answer(agent, round_no)
         return Completion(text, self.name, prompt_tokens=len(messages[-1]["content"]),
@@ -99,7 +106,12 @@ class ScriptedModel:
 
 @pytest.fixture
 def scripted(monkeypatch: pytest.MonkeyPatch) -> Callable[..., list[ScriptedModel]]:
-    """``scripted(config, answer)`` makes play() build ScriptedModels; returns those built."""
+    """``scripted(config, answer)`` makes play() build ScriptedModels; returns those built.
+
+    play() builds one ModelSet per worker (``PerWorker(ModelSet.build, configs, ...)``), which
+    makes each client with ``build_model(name, config)``; only that last step is replaced,
+    so the set is still built, used and closed as in a real run.
+    """
 
     def install(config: RunConfig, answer: Callable[[int, int], str]) -> list[ScriptedModel]:
         built: list[ScriptedModel] = []
@@ -108,7 +120,7 @@ def scripted(monkeypatch: pytest.MonkeyPatch) -> Callable[..., list[ScriptedMode
             built.append(ScriptedModel(name, config, answer))
             return built[-1]
 
-        monkeypatch.setattr(play_module, "build_model", build)
+        monkeypatch.setattr(modelset_module, "build_model", build)
         return built
 
     return install
@@ -119,6 +131,20 @@ def merged_prompts(models: list[ScriptedModel]) -> dict[tuple[int, int], str]:
     for m in models:
         out.update(m.prompts)
     return out
+
+
+def merged_conversations(models: list[ScriptedModel]
+                         ) -> dict[tuple[int, int], list[ChatMessage]]:
+    out: dict[tuple[int, int], list[ChatMessage]] = {}
+    for m in models:
+        out.update(m.conversations)
+    return out
+
+
+def result_message(entry: dict[str, Any]) -> str:
+    """What the moderator tells everyone after a round with a winner (summary.json entry)."""
+    return (f"Round {entry['round']} is over. The target was {entry['target']:.2f} and the "
+            f"winning number was {entry['winner_number']:g}.")
 
 
 # -- the run directory ---------------------------------------------------------------------------
@@ -140,6 +166,10 @@ async def test_one_row_per_agent_per_round(tmp_path: Path) -> None:
     assert numbers.min() >= 0 and numbers.max() <= 100
     assert np.all(numbers == np.round(numbers))
     assert [str(int(x)) for x in numbers[:20]] == table.column("raw").to_pylist()[:20]
+    # The dummy model uses the direct protocol: one call, no extraction, no retries.
+    assert table.column("extract_raw").null_count == 600
+    assert set(table.column("calls").to_pylist()) == {1}
+    assert set(table.column("retries").to_pylist()) == {0}
     latency = table.column("latency_s").to_numpy()
     assert latency.min() >= 0.0 and latency.max() < 5.0
     # Files: one part per round, the consolidated table, profiles, config.
@@ -158,6 +188,7 @@ async def test_summary_matches_the_responses(tmp_path: Path) -> None:
     assert "error" not in summary
     assert (summary["agents"], summary["rounds_planned"], summary["seed"]) == (200, 3, 7)
     assert summary["model"] == "dummy"
+    assert summary["models"] == ["dummy"]
     assert summary["wall_s"] > 0
     table = read_table(path)
     assert [r["round"] for r in summary["rounds"]] == [1, 2, 3]
@@ -178,6 +209,9 @@ async def test_summary_matches_the_responses(tmp_path: Path) -> None:
         assert entry["winner_number"] == winner
         assert entry["n_winners"] == int((valid == winner).sum())
         assert entry["wall_s"] > 0
+        # The dummy model reports no tokens; one direct call per agent.
+        assert entry["usage"] == {"dummy": {"agents": 200, "calls": 200, "retries": 0,
+                                            "prompt_tokens": 0, "completion_tokens": 0}}
 
 
 async def test_config_and_profiles(tmp_path: Path) -> None:
@@ -292,15 +326,18 @@ async def test_unparsable_answers_and_model_errors(
             assert row["error"] == f"ModelError: server said no to agent {agent}"
             assert row["latency_s"] is None
             assert (row["prompt_tokens"], row["completion_tokens"]) == (0, 0)
+            assert (row["calls"], row["retries"], row["extract_raw"]) == (0, 0, None)
         elif agent % 10 == 7:
             assert (row["valid"], row["number"], row["raw"], row["error"]) == (
                 False, None, "I CAN'T", None)
             assert row["completion_tokens"] == len("I CAN'T")
+            assert row["calls"] == 1
         else:
             assert (row["valid"], row["number"], row["error"]) == (True, float(agent), None)
             assert row["raw"] == f"I pick {agent}"
             assert row["prompt_tokens"] > 0
             assert row["latency_s"] >= 0
+            assert (row["calls"], row["retries"], row["extract_raw"]) == (1, 0, None)
     valid = [a for a in range(60) if a % 10 not in (3, 7)]
     mean = sum(valid) / len(valid)
     for entry in summary["rounds"]:
@@ -308,6 +345,14 @@ async def test_unparsable_answers_and_model_errors(
         assert entry["mean"] == pytest.approx(mean)
         assert entry["target"] == pytest.approx(mean / 2)
         assert entry["winner_number"] == min(valid, key=lambda a: (abs(a - mean / 2), a))
+        # Usage counts every agent of the model, but only the calls that answered.
+        rows = table.filter(pc.equal(table.column("round"), entry["round"]))
+        assert entry["usage"] == {"dummy": {
+            "agents": 60, "calls": 54, "retries": 0,
+            "prompt_tokens": pc.sum(rows.column("prompt_tokens")).as_py(),
+            "completion_tokens": 48 * len("I pick ") + sum(len(str(a)) for a in valid)
+            + 6 * len("I CAN'T"),
+        }}
 
 
 async def test_a_round_without_valid_answers(
@@ -321,8 +366,14 @@ async def test_a_round_without_valid_answers(
     for entry in summary["rounds"]:
         assert (entry["n"], entry["n_valid"], entry["n_winners"]) == (20, 0, 0)
         assert entry["mean"] is entry["target"] is entry["winner_number"] is None
-    # No winner, so nothing to tell in round 2.
-    assert "previous round" not in merged_prompts(models)[0, 2]
+    # No winner, so the moderator has nothing to tell: round 2 remembers only the agent's
+    # own answer.
+    conversations = merged_conversations(models)
+    for agent in range(20):
+        assert conversations[agent, 2] == [
+            {"role": "assistant", "content": "no idea"},
+            {"role": "user", "content": conversations[agent, 1][-1]["content"]},
+        ]
 
 
 # -- what participants are told ------------------------------------------------------------------
@@ -333,21 +384,29 @@ async def test_prompts_carry_the_rules_and_the_last_winner(
     models = scripted(config, lambda agent, round_no: str(10 + (agent * 7 + round_no) % 41))
     path = await run_into(tmp_path, config)
     prompts = merged_prompts(models)
+    conversations = merged_conversations(models)
     assert set(prompts) == {(a, r) for a in range(40) for r in (1, 2, 3)}
     rounds = read_summary(path)["rounds"]
 
-    first = prompts[0, 1]
-    assert "40 players" in first
-    assert "from 0 to 60" in first
-    assert "The target is 1/2 of the average of all numbers plus 5." in first
-    assert "previous round" not in first
-    for r in (2, 3):
-        last = rounds[r - 2]
-        told = (f"In the previous round the average was {last['mean']:.2f}, the target was "
-                f"{last['target']:.2f} and the winning number was {last['winner_number']:g}. ")
-        assert all(told in prompts[a, r] for a in range(40)), prompts[0, r]
-    # Everybody gets the same prompt in a round.
-    assert len({prompts[a, 2] for a in range(40)}) == 1
+    # The default prompt: the rules, the P1 instruction, and the direct protocol's format.
+    assert prompts[0, 1] == (
+        "You are one of 40 players in a number game. Every player privately chooses a real "
+        "number between 0 and 60, inclusive. The target is 1/2 of the average of all chosen "
+        "numbers, plus 5. The player whose number is closest to the target wins. Give your "
+        "number directly." + ANSWER_FORMAT)
+    # It does not change between rounds or agents: what happened is in the conversation.
+    assert {prompts[a, r] for a in range(40) for r in (1, 2, 3)} == {prompts[0, 1]}
+    for a in range(40):
+        answers = [str(10 + (a * 7 + r) % 41) for r in (1, 2, 3)]
+        assert conversations[a, 1] == [{"role": "user", "content": prompts[0, 1]}]
+        assert conversations[a, 3] == [
+            {"role": "assistant", "content": answers[0]},
+            {"role": "user", "content": result_message(rounds[0])},
+            {"role": "assistant", "content": answers[1]},
+            {"role": "user", "content": result_message(rounds[1])},
+            {"role": "user", "content": prompts[0, 1]},
+        ]
+        assert conversations[a, 2] == conversations[a, 3][:2] + conversations[a, 3][-1:]
 
 
 async def test_custom_prompt_template(
@@ -358,9 +417,11 @@ async def test_custom_prompt_template(
     models = scripted(config, lambda agent, round_no: "50")
     await run_into(tmp_path, config)
     prompts = merged_prompts(models)
-    assert prompts[0, 1] == "Round 1 of 2, ratio 2/3, offset 0. Go."
-    assert prompts[0, 2].startswith("Round 2 of 2, ratio 2/3, offset 0. In the previous round")
-    assert "winning number was 50. Go." in prompts[0, 2]
+    assert prompts[0, 1] == "Round 1 of 2, ratio 2/3, offset 0. Go." + ANSWER_FORMAT
+    # {history} is still filled in for templates that ask for it: everyone said 50.
+    assert prompts[0, 2] == (
+        "Round 2 of 2, ratio 2/3, offset 0. In the previous round the average was 50.00, the "
+        "target was 33.33 and the winning number was 50. Go." + ANSWER_FORMAT)
 
 
 @pytest.fixture
@@ -379,32 +440,80 @@ def recorded_participants(monkeypatch: pytest.MonkeyPatch) -> list[Participant]:
     return created
 
 
+def raw_by_agent(table: pa.Table) -> dict[int, list[str]]:
+    """Every agent's raw answers, round by round."""
+    out: dict[int, list[str]] = {}
+    rows = sorted(table.select(["round", "agent_id", "raw"]).to_pylist(),
+                  key=lambda r: (r["agent_id"], r["round"]))
+    for row in rows:
+        out.setdefault(row["agent_id"], []).append(row["raw"])
+    return out
+
+
 async def test_feedback_reaches_every_memory(
     tmp_path: Path, recorded_participants: list[Participant]
 ) -> None:
     path = await run_into(tmp_path, make_config(agents=50, game={"feedback": True}))
     rounds = read_summary(path)["rounds"]
-    expected = [f"Round {r['round']} is over. The target was {r['target']:.2f} and the winning "
-                f"number was {r['winner_number']:g}." for r in rounds]
+    raw = raw_by_agent(read_table(path))
     assert sorted(p.id for p in recorded_participants) == list(range(50))
     for p in recorded_participants:
-        assert [m.content for m in p.memory] == expected
-        assert [m.metadata for m in p.memory] == [{"round": 1}, {"round": 2}, {"round": 3}]
-        assert {(m.sender, m.role) for m in p.memory} == {("moderator", "system")}
+        memory = list(p.memory)
+        # Each round: the agent's own answer, then the moderator's result.
+        assert [m.content for m in memory] == [
+            x for r in range(3) for x in (raw[p.id][r], result_message(rounds[r]))]
+        assert [(m.sender, m.role) for m in memory] == [
+            (p.id, "assistant"), ("moderator", "system")] * 3
+        assert [m.metadata for m in memory[1::2]] == [{"round": 1}, {"round": 2}, {"round": 3}]
 
 
-async def test_no_feedback_no_memory_no_history(
+async def test_no_feedback_no_results_in_memory(
     tmp_path: Path, recorded_participants: list[Participant],
     scripted: Callable[..., list[ScriptedModel]],
 ) -> None:
     config = make_config(agents=20, game={"feedback": False})
-    models = scripted(config, lambda agent, round_no: str(agent))
+    models = scripted(config, lambda agent, round_no: str(agent + round_no))
     await run_into(tmp_path, config)
     assert len(recorded_participants) == 20
-    assert all(len(p.memory) == 0 for p in recorded_participants)
+    for p in recorded_participants:  # only the agent's own answers
+        assert [(m.sender, m.content) for m in p.memory] == [
+            (p.id, str(p.id + r)) for r in (1, 2, 3)]
     prompts = merged_prompts(models)
     assert prompts[0, 1] == prompts[0, 2] == prompts[0, 3]
-    assert "previous round" not in prompts[0, 3]
+    assert merged_conversations(models)[4, 3] == [
+        {"role": "assistant", "content": "5"}, {"role": "assistant", "content": "6"},
+        {"role": "user", "content": prompts[0, 3]}]
+
+
+@pytest.mark.parametrize("memory_rounds", [0, 1, 2])
+async def test_memory_rounds_bound_the_conversation(
+    tmp_path: Path, memory_rounds: int, scripted: Callable[..., list[ScriptedModel]],
+) -> None:
+    config = make_config(agents=6, rounds=4, game={"memory_rounds": memory_rounds})
+    models = scripted(config, lambda agent, round_no: str(agent * 10 + round_no))
+    path = await run_into(tmp_path, config)
+    rounds = read_summary(path)["rounds"]
+    conversations = merged_conversations(models)
+    prompt = conversations[0, 1][-1]["content"]
+    for agent in range(6):
+        for r in (1, 2, 3, 4):
+            remembered = [m for k in range(max(1, r - memory_rounds), r) for m in (
+                {"role": "assistant", "content": str(agent * 10 + k)},
+                {"role": "user", "content": result_message(rounds[k - 1])})]
+            assert conversations[agent, r] == [*remembered,
+                                              {"role": "user", "content": prompt}]
+
+
+async def test_long_memory_is_not_cut_by_the_agent_memory_bound(
+    tmp_path: Path, scripted: Callable[..., list[ScriptedModel]],
+) -> None:
+    # 20 rounds remembered: 40 messages, more than an agent's default memory holds (32).
+    config = make_config(agents=2, rounds=22, workers=1, game={"memory_rounds": 20})
+    models = scripted(config, lambda agent, round_no: str(round_no))
+    await run_into(tmp_path, config)
+    last = merged_conversations(models)[1, 22]
+    assert len(last) == 2 * 20 + 1
+    assert [m["content"] for m in last[:-1:2]] == [str(r) for r in range(2, 22)]
 
 
 # -- runs that stop early ------------------------------------------------------------------------

@@ -1,0 +1,349 @@
+"""The guessing game against the OpenAI-compatible test server over real loopback HTTP.
+
+Protocols (two calls, structured), retries under injected errors, mixed models, the levels of
+guidance and the conversation each participant sends. Every participant passes
+``seed=seed_for(derive_seed(run seed, round), agent id)``, and the server answers
+``mix64(seed) % 101`` for a seed (policies ``random``/``reasoning``), so every number can be
+predicted here.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from aiohttp import web
+
+from populace.core import derive_seed, mix64, seed_for
+from populace.llm import OpenAIModel, ServerOptions, running_server
+from populace.llm import _config as llm_config
+from populace.llm import _server as server_module
+from populace.results import RunDirectory, read_summary, read_table
+from populace.scenarios.guess_number import RunConfig, play
+from populace.scenarios.guess_number._prompts import RESPONSE_SCHEMA as JSON_SCHEMA
+
+SEED = 5
+ANSWER_FORMAT = " End with the sentence 'The answer is N', where N is your number."
+P1_PROMPT = (
+    "You are one of {n} players in a number game. Every player privately chooses a real "
+    "number between 0 and 100, inclusive. The target is 2/3 of the average of all chosen "
+    "numbers. The player whose number is closest to the target wins. Give your number directly."
+)
+
+
+def llm(base_urls: Iterable[str], model: str = "dummy", **extra: Any) -> dict[str, Any]:
+    """An ``openai`` model entry for the run file."""
+    return {"provider": "openai", "model": model, "base_urls": list(base_urls),
+            "timeout": 10, **extra}
+
+
+def make_config(models: dict[str, Any], *, agents: int, rounds: int = 2,
+                game: dict[str, Any] | None = None, **changes: Any) -> RunConfig:
+    data: dict[str, Any] = {"name": "http", "seed": SEED, "agents": agents, "rounds": rounds,
+                            "workers": 2, "models": models, "game": game or {}, **changes}
+    return RunConfig.model_validate(data)
+
+
+def expected_number(agent: int, round_no: int) -> int:
+    """What the server answers this agent in this round (and DummyModel would)."""
+    return mix64(seed_for(derive_seed(SEED, round_no), agent)) % 101
+
+
+def who_asks(config: RunConfig) -> dict[int, tuple[int, int]]:
+    """Request seed → (agent, round)."""
+    return {seed_for(derive_seed(config.seed, r), a): (a, r)
+            for a in range(config.agents) for r in range(1, config.rounds + 1)}
+
+
+async def run_into(tmp_path: Path, config: RunConfig, name: str = "run") -> Path:
+    rd = RunDirectory.create(tmp_path / name)
+    await play(config, rd)
+    return rd.path
+
+
+async def server_stats(base_url: str) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as s, \
+            s.get(base_url.removesuffix("/v1") + "/stats") as r:
+        assert r.status == 200
+        stats: dict[str, Any] = await r.json()
+        return stats
+
+
+def rows_by_agent_round(table: pa.Table) -> dict[tuple[int, int], dict[str, Any]]:
+    return {(row["agent_id"], row["round"]): row for row in table.to_pylist()}
+
+
+def result_message(entry: dict[str, Any]) -> str:
+    return (f"Round {entry['round']} is over. The target was {entry['target']:.2f} and the "
+            f"winning number was {entry['winner_number']:g}.")
+
+
+@pytest.fixture
+def requests_seen(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The JSON bodies of the chat completions every ``running_server`` of the test received."""
+    seen: list[dict[str, Any]] = []
+    original = server_module.create_app
+
+    def create_app(options: ServerOptions | None = None) -> web.Application:
+        app = original(options)
+
+        async def record(request: web.Request, response: web.StreamResponse) -> None:
+            if request.method == "POST" and request.path == "/v1/chat/completions":
+                seen.append(json.loads(await request.read()))  # cached by the handler
+
+        app.on_response_prepare.append(record)
+        return app
+
+    monkeypatch.setattr(server_module, "create_app", create_app)
+    return seen
+
+
+# -- protocols ----------------------------------------------------------------------------------
+async def test_two_call_protocol(tmp_path: Path, requests_seen: list[dict[str, Any]]) -> None:
+    async with running_server(ServerOptions(policy="reasoning")) as url:
+        config = make_config({"llm": llm([url])}, agents=40,
+                             game={"temperature": 0.7, "max_tokens": 200})
+        assert config.protocol_for("llm") == "two_call"  # auto, for a served model
+        path = await run_into(tmp_path, config)
+        stats = await server_stats(url)
+
+    table = read_table(path)
+    assert table.num_rows == 80
+    assert table.column("error").null_count == 80
+    assert set(table.column("calls").to_pylist()) == {2}
+    assert set(table.column("retries").to_pylist()) == {0}
+    for (agent, r), row in rows_by_agent_round(table).items():
+        n = expected_number(agent, r)
+        assert row["raw"].endswith(f"The answer is {n}.")
+        assert row["extract_raw"] == f"The answer is {n}"
+        assert (row["number"], row["valid"]) == (n, True)
+        assert row["prompt_tokens"] > 0 and row["completion_tokens"] > 0
+    # Exactly two requests per agent and round reached the server, all answered.
+    assert stats["requests"] == 2 * 40 * 2
+    assert stats["status"] == {"200": 160}
+    summary = read_summary(path)
+    assert summary["models"] == ["llm"]
+    for entry in summary["rounds"]:
+        rows = table.filter(pc.equal(table.column("round"), entry["round"]))
+        assert entry["usage"] == {"llm": {
+            "agents": 40, "calls": 80, "retries": 0,
+            "prompt_tokens": pc.sum(rows.column("prompt_tokens")).as_py(),
+            "completion_tokens": pc.sum(rows.column("completion_tokens")).as_py()}}
+
+    # What was sent: the answer call with the game's settings, then the extraction call.
+    by_key: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    who = who_asks(config)
+    for body in requests_seen:
+        by_key.setdefault(who[body["seed"]], []).append(body)
+    assert sorted(by_key) == sorted((a, r) for a in range(40) for r in (1, 2))
+    rows = rows_by_agent_round(table)
+    for key, (answer, extraction) in by_key.items():
+        assert answer["messages"][-1]["content"] == P1_PROMPT.format(n=40)  # no format line
+        assert (answer["temperature"], answer["max_tokens"]) == (0.7, 200)
+        assert "response_format" not in answer
+        (ask,) = extraction["messages"]
+        assert ask["role"] == "user" and ask["content"].startswith("Below is a player's answer")
+        assert f"\n---\n{rows[key]['raw']}\n---\n" in ask["content"]
+        assert (extraction["temperature"], extraction["max_tokens"]) == (0.0, 24)
+
+
+async def test_structured_protocol(tmp_path: Path, requests_seen: list[dict[str, Any]]) -> None:
+    async with running_server(ServerOptions(policy="reasoning")) as url:
+        # Answers above 50 are out of the game's range: parsed, then found invalid.
+        config = make_config({"llm": llm([url])}, agents=30,
+                             game={"protocol": "structured", "high": 50})
+        path = await run_into(tmp_path, config)
+        stats = await server_stats(url)
+
+    table = read_table(path)
+    assert table.num_rows == 60
+    assert set(table.column("calls").to_pylist()) == {1}
+    assert table.column("extract_raw").null_count == 60
+    assert table.column("error").null_count == 60
+    assert stats["requests"] == 30 * 2
+    for (agent, r), row in rows_by_agent_round(table).items():
+        n = expected_number(agent, r)
+        answer = json.loads(row["raw"])
+        assert set(answer) == {"reasoning", "number"} and answer["number"] == n
+        assert isinstance(answer["reasoning"], str) and answer["reasoning"]
+        assert (row["number"], row["valid"]) == ((n, True) if n <= 50 else (None, False))
+    assert 0 < pc.sum(table.column("valid")).as_py() < 60
+
+    assert len(requests_seen) == 60
+    for body in requests_seen:
+        assert body["response_format"] == JSON_SCHEMA
+        prompt = body["messages"][-1]["content"]
+        assert prompt.startswith("You are one of 30 players")
+        assert prompt.endswith(' Reply with a JSON object with two fields: "reasoning" '
+                               '(a string) and "number" (your number).')
+
+
+async def test_retries_under_injected_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A short backoff keeps the test fast (OpenAIConfig does not expose it); eject_after is
+    # out of reach so that both URLs stay in use, and 10 retries make a failed call
+    # practically impossible (0.12 ** 11 per call).
+    monkeypatch.setattr(llm_config, "OpenAIModel",
+                        functools.partial(OpenAIModel, backoff=0.002, max_backoff=0.01))
+    chaos = ServerOptions(rate_500=0.1, rate_malformed=0.02)
+    async with running_server(chaos) as url_a, running_server(chaos) as url_b:
+        config = make_config({"llm": llm([url_a, url_b], max_retries=10, eject_after=1000)},
+                             agents=300)
+        path = await run_into(tmp_path, config)
+        stats = [await server_stats(url_a), await server_stats(url_b)]
+
+    table = read_table(path)
+    pairs = set(zip(table.column("agent_id").to_pylist(), table.column("round").to_pylist(),
+                    strict=True))
+    assert table.num_rows == 600 and pairs == {(a, r) for a in range(300) for r in (1, 2)}
+    assert table.column("error").null_count == 600
+    assert all(table.column("valid").to_pylist())
+    for (agent, r), row in rows_by_agent_round(table).items():
+        assert row["number"] == expected_number(agent, r)  # retries do not change answers
+
+    failed = sum(s["injected"].get("500", 0) + s["injected"].get("malformed", 0) for s in stats)
+    assert {k for s in stats for k in s["injected"]} == {"500", "malformed"}
+    assert sum(s["requests"] for s in stats) == 2 * 600 + failed
+    retries = pc.sum(table.column("retries")).as_py()
+    assert retries == failed > 0  # every failed attempt was retried, and recorded
+    assert pc.max(table.column("calls")).as_py() == 2
+    rounds = read_summary(path)["rounds"]
+    assert [e["usage"]["llm"]["retries"] for e in rounds] == [
+        pc.sum(table.filter(pc.equal(table.column("round"), r)).column("retries")).as_py()
+        for r in (1, 2)]
+    assert sum(e["usage"]["llm"]["calls"] for e in rounds) == 1200
+    # Both URLs of the model share the load.
+    a, b = (s["requests"] for s in stats)
+    assert abs(a - b) <= 0.2 * max(a, b), (a, b)
+
+
+# -- mixed models -------------------------------------------------------------------------------
+async def test_mixed_models(tmp_path: Path, requests_seen: list[dict[str, Any]]) -> None:
+    async with running_server(ServerOptions(models=["served"], policy="reasoning")) as url:
+        config = make_config(
+            {"dummy": {"provider": "dummy", "latency": 0}, "llm": llm([url], model="served")},
+            agents=300, assign={"llm": "1/3", "dummy": "2/3"})
+        path = await run_into(tmp_path, config)
+        stats = await server_stats(url)
+
+    table = read_table(path)
+    for r in (1, 2):
+        rows = table.filter(pc.equal(table.column("round"), r))
+        assert Counter(rows.column("model").to_pylist()) == {"llm": 100, "dummy": 200}
+    model_of: dict[int, set[str]] = {}
+    for row in table.to_pylist():
+        model_of.setdefault(row["agent_id"], set()).add(row["model"])
+    assigned = config.assignment().tolist()
+    assert {a: m.pop() for a, m in model_of.items() if len(m) == 1} == dict(enumerate(assigned))
+    profiles = read_table(path, "profiles")
+    assert profiles.column("model").to_pylist() == assigned
+    llm_agents = {a for a, m in enumerate(assigned) if m == "llm"}
+    assert llm_agents != set(range(100))  # shuffled, not dealt in blocks
+
+    # Each model with its own protocol (auto): two calls on the server, one on the dummy.
+    for row in table.to_pylist():
+        if row["model"] == "llm":
+            assert row["calls"] == 2 and row["raw"].endswith(".")
+            assert row["extract_raw"] == f"The answer is {int(row['number'])}"
+        else:
+            assert row["calls"] == 1 and row["raw"].isdigit()
+            assert row["extract_raw"] is None
+    assert stats["models"] == {"served": 2 * 100 * 2}
+    who = who_asks(config)
+    assert {who[body["seed"]][0] for body in requests_seen} == llm_agents
+
+    summary = read_summary(path)
+    assert summary["models"] == ["dummy", "llm"]
+    for entry in summary["rounds"]:
+        usage = entry["usage"]
+        assert (usage["llm"]["agents"], usage["llm"]["calls"]) == (100, 200)
+        assert (usage["dummy"]["agents"], usage["dummy"]["calls"]) == (200, 200)
+
+
+def test_assignment_is_exact_and_seeded() -> None:
+    models = {"a": {"provider": "dummy"}, "b": {"provider": "dummy"}, "c": {"provider": "dummy"}}
+
+    def counts(agents: int, assign: dict[str, Any], seed: int = 0) -> Counter[str]:
+        cfg = RunConfig.model_validate(
+            {"agents": agents, "seed": seed, "models": models, "assign": assign})
+        return Counter(cfg.assignment().tolist())
+
+    # Largest remainder: 10 × 1/3 each → 3, 3, 3 and the seat left to the first tie.
+    third = {"a": "1/3", "b": "1/3", "c": "1/3"}
+    assert sorted(counts(10, third).values()) == [3, 3, 4]
+    assert counts(7, {"a": "1/6", "b": "5/6"}) == {"a": 1, "b": 6}  # 1.17 / 5.83
+    assert counts(300, {"a": 100, "b": 200}) == counts(300, {"a": "1/3", "b": "2/3"}) == {
+        "a": 100, "b": 200}
+    assert counts(5, {"a": 0, "c": 1}) == {"c": 5}
+
+    def order(seed: int) -> list[str]:
+        cfg = RunConfig.model_validate(
+            {"agents": 60, "seed": seed, "models": models, "assign": third})
+        return cfg.assignment().tolist()
+
+    assert order(1) == order(1)
+    assert order(1) != order(2)
+
+
+# -- what participants are told -----------------------------------------------------------------
+async def test_levels_and_famous_note_shape_the_prompt(tmp_path: Path) -> None:
+    step = "Think the problem through step by step first, then give your number."
+    rational = " Assume that every player is rational"
+    famous = " (This is a version of the famous game 'guess 2/3 of the average'.)"
+    told: dict[tuple[str, bool], str] = {}
+    async with running_server(ServerOptions(policy="echo")) as url:
+        for level in ("P1", "P2", "P3", "P4"):
+            for note in (False, True):
+                config = make_config({"llm": llm([url])}, agents=3, rounds=1, workers=1, game={
+                    "level": level, "famous_note": note, "protocol": "direct"})
+                path = await run_into(tmp_path, config, f"{level}-{note}")
+                raw = set(read_table(path).column("raw").to_pylist())
+                assert len(raw) == 1  # everyone is told the same
+                told[level, note] = raw.pop()  # echoed: exactly the prompt sent
+
+    p1 = P1_PROMPT.format(n=3)
+    assert told["P1", False] == p1 + ANSWER_FORMAT
+    assert told["P2", False] == p1.replace("Give your number directly.", step) + ANSWER_FORMAT
+    assert told["P3", False] == (p1.replace("Give your number directly.", step)
+                                 + rational + "." + ANSWER_FORMAT)
+    assert told["P4", False] == (
+        p1.replace("Give your number directly.", step) + rational + ", tries to predict the "
+        "numbers the others will choose, and adjusts their own accordingly." + ANSWER_FORMAT)
+    for level in ("P1", "P2", "P3", "P4"):
+        assert famous not in told[level, False]
+        assert told[level, True] == told[level, False].replace(
+            "closest to the target wins.", "closest to the target wins." + famous)
+
+
+async def test_round_two_remembers_round_one(
+    tmp_path: Path, requests_seen: list[dict[str, Any]]
+) -> None:
+    async with running_server(ServerOptions(policy="reasoning")) as url:
+        config = make_config({"llm": llm([url])}, agents=4, game={"protocol": "two_call"})
+        path = await run_into(tmp_path, config)
+    rows = rows_by_agent_round(read_table(path))
+    first = read_summary(path)["rounds"][0]
+    prompt = {"role": "user", "content": P1_PROMPT.format(n=4)}
+
+    who = who_asks(config)
+    answers = [b for b in requests_seen if not b["messages"][-1]["content"].startswith("Below")]
+    assert len(answers) == len(requests_seen) // 2 == 8
+    for body in answers:
+        agent, r = who[body["seed"]]
+        if r == 1:
+            assert body["messages"] == [prompt]
+        else:  # its own round-1 answer, the moderator's result, then the round prompt
+            assert body["messages"] == [
+                {"role": "assistant", "content": rows[agent, 1]["raw"]},
+                {"role": "user", "content": result_message(first)},
+                prompt,
+            ]
