@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -120,7 +121,7 @@ class RichReporter:
 
 def _load(config: Path, overrides: dict[str, Any]) -> RunConfig:
     scenario = read_yaml(config).get("scenario", "guess_number")
-    if scenario not in SCENARIOS:
+    if not isinstance(scenario, str) or scenario not in SCENARIOS:
         raise ConfigError(f"{config}: scenario: unknown scenario {scenario!r} (expected one "
                           f"of: {', '.join(SCENARIOS)}, or a path to a .py file)")
     return load_config(config, SCENARIOS[scenario], overrides)
@@ -209,12 +210,20 @@ def run(
         help="answer every LLM call from this earlier run's recording (no requests)")] = None,
     resume: Annotated[Path | None, typer.Option(
         help="continue this interrupted run directory from its last checkpoint")] = None,
+    studio: Annotated[bool, typer.Option(
+        "--studio", help="serve the web studio beside this run and print its URL")] = False,
+    studio_port: Annotated[int, typer.Option(min=0, max=65535, help="the studio's port")
+                           ] = 8765,
 ) -> None:
     """Run a simulation from a run file and write its run directory."""
     if resume is not None:
         if config is not None or out_dir is not None:
             raise _Fail("--resume RUN_DIR takes its config from RUN_DIR/config.yaml; "
                         "give no CONFIG and no --out", EXIT_CONFIG)
+        if agents is not None or rounds is not None or seed is not None:
+            # Only where the run happens may change; a checkpoint fits its own run alone.
+            raise _Fail("--resume continues the run as it was configured; --agents, --rounds "
+                        "and --seed cannot change", EXIT_CONFIG)
         config, out_dir = resume / "config.yaml", resume
         if not config.is_file():
             raise _Fail(f"--resume {resume}: no config.yaml there (not a run directory?)",
@@ -225,6 +234,10 @@ def run(
     if isinstance(scenario, str) and scenario.endswith(".py"):
         _run_file_scenario(config, {"agents": agents, "rounds": rounds, "workers": workers,
                                     "seed": seed}, out_dir)
+        return
+    if "sweep" in read_yaml(config):  # a grid of runs, one sub-directory each
+        _run_sweep(config, {"agents": agents, "rounds": rounds, "workers": workers, "seed": seed,
+                            "backend": backend, "address": address}, out_dir, replay)
         return
     cfg = _load(config, {"agents": agents, "rounds": rounds, "workers": workers, "seed": seed,
                          "backend": backend, "address": address})
@@ -241,28 +254,83 @@ def run(
               soft_wrap=True)
     reporter = RichReporter(cfg.rounds, out)
     resuming = resume is not None
+    monitor, server = _start_studio(run_dir, studio_port) if studio else (None, None)
     try:
         for attempt in range(MAX_RECOVERIES + 1):
             try:
                 summary = _run_until_signalled(
-                    play(cfg, run_dir, reporter, replay=replay, resume=resuming))
+                    play(cfg, run_dir, reporter, replay=replay, resume=resuming,
+                         monitor=monitor))
                 break
             except WorkerLost as e:
                 reporter.progress.stop()
                 if attempt == MAX_RECOVERIES:
                     raise _Fail(f"{e}; gave up after {MAX_RECOVERIES} recoveries; continue "
                                 f"with: populace run --resume {run_dir.path}", 1) from None
-                err.print(f"[yellow]warning:[/yellow] {e}; restarting the workers from the "
-                          "last checkpoint", soft_wrap=True)
+                err.print(f"[yellow]warning:[/yellow] {_line(e)}; restarting the workers from "
+                          "the last checkpoint", soft_wrap=True)
                 resuming = True
     except (KeyboardInterrupt, _Terminated) as e:
         reporter.progress.stop()
         code = EXIT_TERMINATED if isinstance(e, _Terminated) else EXIT_INTERRUPTED
         raise _Fail(f"stopped; finished rounds are in {run_dir.path}; continue with: "
                     f"populace run --resume {run_dir.path}", code) from None
+    finally:
+        if server is not None:
+            server.stop(linger=1.0)  # open pages get the final state first
     out.print(_summary_table(summary))
-    out.print(f"wall time {summary['wall_s']:.2f} s; results in [bold]{run_dir.path}[/bold]",
+    if summary["status"] == "stopped":
+        out.print(f"stopped from the studio; finished rounds are in {run_dir.path}; continue "
+                  f"with: populace run --resume {run_dir.path}", soft_wrap=True)
+    out.print(f"wall time {summary['wall_s']:.2f} s; results in "
+              f"[bold]{escape(str(run_dir.path))}[/bold]",
               soft_wrap=True)  # a path broken over lines cannot be copied
+
+
+def _start_studio(run_dir: RunDirectory, port: int) -> tuple[Any, Any]:
+    """A monitor for this run and a studio showing it (on 127.0.0.1, in a thread)."""
+    from populace.results import RunMonitor
+    from populace.studio import Runs, StudioServer
+
+    runs = Runs(run_dir.path.parent)
+    monitor = RunMonitor()
+    live = runs.attach(run_dir.path, monitor)
+    try:
+        server = StudioServer(runs, port=port)
+    except OSError as e:
+        raise _Fail(f"studio: cannot listen on 127.0.0.1:{port}: {e.strerror} (choose another "
+                    "port with --studio-port)", 1) from None
+    server.start()
+    out.print(f"studio: [bold]{server.url}#/run/{live.run_id}[/bold]", soft_wrap=True)
+    return monitor, server
+
+
+@app.command()
+def studio(
+    host: Annotated[str, typer.Option(
+        help="address to bind; anything but loopback requires a token")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="port (0: any free one)")] = 8765,
+    runs: Annotated[Path, typer.Option(help="directory holding the run directories")
+                    ] = Path("runs"),
+    token: Annotated[str | None, typer.Option(
+        envvar="POPULACE_STUDIO_TOKEN",
+        help="token every request must carry (generated when binding beyond localhost)")
+    ] = None,
+) -> None:
+    """Serve the web studio: live runs, past runs and reports, agents; start and stop runs."""
+    from populace.studio import Runs, StudioServer
+
+    try:
+        server = StudioServer(Runs(runs), host=host, port=port, token=token)
+    except OSError as e:
+        raise _Fail(f"studio: cannot listen on {host}:{port}: {e.strerror}", 1) from None
+    out.print(f"studio at [bold]{server.url}[/bold] (runs in {runs}; Ctrl-C stops)",
+              soft_wrap=True)
+    try:
+        server.serve()
+    except KeyboardInterrupt:
+        pass
+    out.print("studio stopped")
 
 
 @app.command()
@@ -317,7 +385,8 @@ def serve_llm(
     latency: Annotated[float, typer.Option(min=0, help="seconds per answer")] = 0.0,
     latency_max: Annotated[float | None, typer.Option(
         help="with --latency: answer after a uniform time in [latency, latency-max]")] = None,
-    policy: Annotated[str, typer.Option(help="random | reasoning | echo")] = "reasoning",
+    policy: Annotated[str, typer.Option(help="random | reasoning | echo | scripted")
+                      ] = "reasoning",
     low: Annotated[int, typer.Option(help="smallest number answered")] = 0,
     high: Annotated[int, typer.Option(help="largest number answered")] = 100,
     error_500: Annotated[float, typer.Option(min=0, max=1, help="share of HTTP 500s")] = 0.0,
@@ -328,6 +397,11 @@ def serve_llm(
                          ] = 0.0,
     seed: Annotated[int, typer.Option(help="seed of answers and injected errors")] = 0,
     api_key: Annotated[str | None, typer.Option(help="require this bearer token")] = None,
+    outage: Annotated[tuple[float, float] | None, typer.Option(
+        help="START DURATION: answer 503 to every completion from START to START+DURATION "
+             "seconds after the first one")] = None,
+    retry_after: Annotated[float, typer.Option(
+        min=0, help="seconds asked to wait by the Retry-After of 429s and outage 503s")] = 1.0,
 ) -> None:
     """Serve an OpenAI-compatible test LLM (/v1/models, /v1/chat/completions, /v1/completions)."""
     from populace.llm import ServerOptions, serve
@@ -339,6 +413,7 @@ def serve_llm(
             policy=policy,  # type: ignore[arg-type]
             low=low, high=high, rate_500=error_500, rate_429=error_429,
             rate_timeout=error_timeout, rate_malformed=malformed, seed=seed, api_key=api_key,
+            outage=outage, retry_after=retry_after,
         )
     except ValueError as e:
         raise _Fail(f"serve-llm: {e}", EXIT_CONFIG) from None
@@ -445,18 +520,111 @@ def backgrounds(
                     f"{out_file} (rerun to retry only those)", 1)
 
 
+def _run_sweep(config: Path, overrides: dict[str, Any], out_dir: Path | None,
+               replay: Path | None) -> None:
+    """``sweep:`` in the run file: every point of the grid into its own sub-directory."""
+    from populace.results import sweep_table
+    from populace.sweep import SweepIndex, expand, run_sweep
+
+    data = read_yaml(config)
+    scenario = data.get("scenario", "guess_number")
+    if not isinstance(scenario, str) or scenario not in SCENARIOS:
+        raise ConfigError(f"{config}: scenario: a sweep needs one of: {', '.join(SCENARIOS)}")
+    points = expand(data, str(config), overrides)
+    configs = {p.dirname: validate(p.data, SCENARIOS[scenario], f"{config} [{p.dirname}]")
+               for p in points}  # every point is checked before the first one runs
+    name = next(iter(configs.values())).name
+    root = out_dir or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        index = SweepIndex.create(root, name, str(config), data, points)
+    except FileExistsError as e:
+        raise _Fail(str(e), EXIT_CONFIG) from None
+    out.print(f"[bold]{name}[/bold]: sweep of {len(points)} runs over "
+              f"{', '.join(index.data['keys'])} into [bold]{root}[/bold]", soft_wrap=True)
+
+    def run_point(point: Any, directory: Path) -> dict[str, Any]:
+        cfg = configs[point.dirname]
+        out.print(f"[bold]{point.dirname}[/bold]: {cfg.agents:,} agents × {cfg.rounds} rounds, "
+                  f"model {cfg.model_name}", soft_wrap=True)
+        reporter = RichReporter(cfg.rounds, out)
+        try:
+            return _run_until_signalled(play(
+                cfg, RunDirectory.create(directory), reporter,
+                replay=replay / point.dirname if replay is not None else None))
+        finally:
+            reporter.progress.stop()
+
+    try:
+        result = run_sweep(index, points, run_point, interrupts=(_Terminated,))
+    except (KeyboardInterrupt, _Terminated) as e:
+        code = EXIT_TERMINATED if isinstance(e, _Terminated) else EXIT_INTERRUPTED
+        raise _Fail(f"stopped; finished points are in {root} (see sweep.json)", code) from None
+    out.print(sweep_table(result))
+    failed = [p["dir"] for p in result["points"] if p["status"] == "failed"]
+    if failed:
+        raise _Fail(f"{len(failed)} of {len(points)} sweep points failed ({', '.join(failed)}); "
+                    f"see {root / 'sweep.json'}", 1)
+    out.print(f"sweep index: [bold]{root / 'sweep.json'}[/bold]; figures: populace report "
+              f"{root}", soft_wrap=True)
+
+
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="run or sweep directory")],
+    points: Annotated[bool, typer.Option(
+        help="for a sweep, also report every point directory")] = True,
+) -> None:
+    """Write PNG figures and a self-contained report.html for a run (or sweep) directory."""
+    from populace.results import write_report
+
+    try:
+        written = write_report(run_dir, points=points)
+    except FileNotFoundError as e:
+        raise _Fail(str(e), EXIT_CONFIG) from None
+    for table in written.tables:
+        out.print(table)
+    out.print(f"{len(written.figures)} figures in {written.path.parent / 'figures'}; "
+              f"report: [bold]{written.path}[/bold]", soft_wrap=True)
+
+
+@app.command()
+def compare(
+    run_dirs: Annotated[list[Path], typer.Argument(help="run (or sweep) directories")],
+    out_dir: Annotated[Path | None, typer.Option(
+        "--out", help="directory for compare.html and figures (default compare-TIMESTAMP)")
+    ] = None,
+) -> None:
+    """Put several runs side by side: a table, overlaid plots and compare.html."""
+    from populace.results import write_comparison
+
+    target = out_dir or Path(f"compare-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        written = write_comparison(run_dirs, target)
+    except FileNotFoundError as e:
+        raise _Fail(str(e), EXIT_CONFIG) from None
+    out.print(written.table)
+    out.print(f"comparison: [bold]{written.path}[/bold]", soft_wrap=True)
+
+
+def _line(message: object) -> str:
+    """``message`` as one line of plain text: what users wrote ("[/x]" as a key, a newline
+    in a value) is shown as written, never read as rich markup."""
+    return escape(" ".join(str(message).splitlines()))
+
+
 def main() -> None:
     """Entry point: runs the app, turning expected failures into one line + exit status."""
     try:
         app(standalone_mode=False)
     except ConfigError as e:
-        err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+        err.print(f"[red]error:[/red] {_line(e)}", highlight=False, soft_wrap=True)
         sys.exit(EXIT_CONFIG)
     except _Fail as e:
-        err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+        err.print(f"[red]error:[/red] {_line(e)}", highlight=False, soft_wrap=True)
         sys.exit(e.code)
     except PopulaceError as e:
-        err.print(f"[red]error:[/red] {type(e).__name__}: {e}", highlight=False, soft_wrap=True)
+        err.print(f"[red]error:[/red] {_line(f'{type(e).__name__}: {e}')}", highlight=False,
+                  soft_wrap=True)
         sys.exit(1)
     except KeyboardInterrupt:
         err.print("[red]interrupted[/red]")

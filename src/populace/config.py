@@ -73,6 +73,12 @@ def _is_tag(loc: tuple[Any, ...], i: int) -> bool:
     return i >= 2 and loc[i - 2] == "models" and i + 1 < len(loc) and loc[i] in PROVIDERS
 
 
+def _key(part: Any) -> str:
+    """A key of the path as written, quoted when it would not read as one (blank, newline)."""
+    text = str(part)
+    return text if text and text.isprintable() and text.strip() == text else repr(part)
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -82,7 +88,7 @@ def format_error(source: str, error: ValidationError, model: type[BaseModel]) ->
     """One line for the first problem of ``error`` (and how many more there are)."""
     first = error.errors(include_url=False)[0]
     loc = tuple(first["loc"])
-    path = ".".join(str(p) for i, p in enumerate(loc) if not _is_tag(loc, i))
+    path = ".".join(_key(p) for i, p in enumerate(loc) if not _is_tag(loc, i))
     kind = first["type"]
     if kind == "extra_forbidden":
         allowed = _fields_at(model, loc[:-1])

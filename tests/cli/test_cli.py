@@ -185,7 +185,7 @@ def test_bad_run_file_in_a_process(tmp_path: Path) -> None:
     assert proc.stderr.strip().splitlines() == [
         f"error: {path}: game.ratoi: unknown key (expected one of: ratio, offset, low, high, "
         "level, famous_note, protocol, prompt, feedback, memory_rounds, temperature, "
-        "max_tokens, groups)"]
+        "max_tokens, groups, group_play)"]
 
 
 def test_missing_run_file(tmp_path: Path) -> None:

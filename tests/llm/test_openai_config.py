@@ -72,8 +72,9 @@ def test_public_names_are_exactly_these() -> None:
         "ChatMessage", "Completion", "DummyConfig", "DummyModel", "EndpointPool",
         "EndpointStats", "Lease", "ModelClient", "ModelConfig", "ModelSet", "ModelStats",
         "OpenAIConfig",
-        "OpenAIModel", "RecordingModel", "ReplayModel", "ServerOptions", "build_model",
-        "create_app", "preflight", "request_key", "running_server", "serve",
+        "OpenAIModel", "RecordingModel", "ReplayModel", "ScriptedConfig", "ScriptedModel",
+        "ScriptedParams", "ServerOptions", "build_model", "create_app", "preflight",
+        "request_key", "running_server", "scripted_reply", "serve",
     }
     for name in populace.llm.__all__:
         assert hasattr(populace.llm, name)

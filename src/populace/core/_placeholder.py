@@ -229,7 +229,7 @@ class PlaceholderSet(_Awaitable, Generic[T]):
     ``pset.progress`` serve progress bars; ``pset[i]`` is a :class:`Placeholder` for one member.
     """
 
-    __slots__ = ("_element_waiters", "_errors", "_n_done", "_values")
+    __slots__ = ("_element_waiters", "_errors", "_listeners", "_n_done", "_values")
 
     def __init__(
         self,
@@ -243,9 +243,20 @@ class PlaceholderSet(_Awaitable, Generic[T]):
         self._errors: dict[int, BaseException] = {}
         self._n_done = 0
         self._element_waiters: dict[int, list[Placeholder[T]]] | None = None
+        self._listeners: list[Callable[[Sequence[Any], Sequence[BaseException]], object]] = []
 
     def __len__(self) -> int:
         return len(self._values)
+
+    def add_listener(self, fn: Callable[[Sequence[Any], Sequence[BaseException]], object]
+                     ) -> None:
+        """Call ``fn(values, errors)`` with each batch of outcomes as it arrives.
+
+        For live displays (the studio's histogram). Batches come in arrival order, not member
+        order; ``fn`` runs where results are delivered, so it should only keep what it is
+        given and look at it later.
+        """
+        self._listeners.append(fn)
 
     def __repr__(self) -> str:
         return f"<PlaceholderSet {self._origin} {self._n_done}/{len(self)} done>"
@@ -340,6 +351,8 @@ class PlaceholderSet(_Awaitable, Generic[T]):
             for pos, v in zip(positions, values, strict=True):
                 for p in self._element_waiters.pop(pos, ()):
                     p.set_result(v)
+        for fn in self._listeners:
+            fn(values, ())
         if self.done():
             self._fire()
 
@@ -352,6 +365,8 @@ class PlaceholderSet(_Awaitable, Generic[T]):
                 for p in self._element_waiters.pop(pos, ()):
                     p.set_exception(e)
         self._n_done += len(positions)
+        for fn in self._listeners:
+            fn((), errors)
         if self.done():
             self._fire()
 

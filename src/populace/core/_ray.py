@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
+import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -184,10 +186,18 @@ class RayBackend:
         if not ray.is_initialized():
             options = {"include_dashboard": False, "log_to_driver": True,
                        "configure_logging": False, **self.init_options}
+            # Ray's own default joins the last cluster started on this machine (even another
+            # program's); ours is a fresh local one unless RAY_ADDRESS says otherwise.
+            address = self.address or os.environ.get("RAY_ADDRESS") or "local"
+            main = threading.current_thread() is threading.main_thread()
+            on_term = signal.getsignal(signal.SIGTERM) if main else None
             try:
-                ray.init(address=self.address, **options)
+                ray.init(address=address, **options)
             except ConnectionError as e:
-                raise ConfigError(f"cannot join the Ray cluster at {self.address}: {e}") from None
+                raise ConfigError(f"cannot join the Ray cluster at {address}: {e}") from None
+            finally:
+                if on_term is not None:  # Ray's handler would kill us with no cleanup
+                    signal.signal(signal.SIGTERM, on_term)
             self._started_ray = True
         self._deliver = deliver
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

@@ -86,6 +86,8 @@ class WorkerStats:
     calls_done: int
     calls_failed: int
     waiting_on_dependencies: int
+    #: ``statistics()`` of each per-worker resource that has one (a ModelSet's, say).
+    resources: tuple[Any, ...] = ()
 
     @property
     def in_flight(self) -> int:
@@ -336,7 +338,9 @@ class Worker:
 
     def statistics(self) -> WorkerStats:
         return WorkerStats(self.index, len(self._agents), self._n_started, self._n_done,
-                           self._n_failed, self._n_waiting)
+                           self._n_failed, self._n_waiting,
+                           tuple(obj.statistics() for _, obj in self._resources.values()
+                                 if callable(getattr(obj, "statistics", None))))
 
     async def aclose(self) -> None:
         """Release per-worker resources (those with an ``aclose`` or ``close`` method)."""

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from ._pool import EndpointStats
+
 ChatMessage = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": "..."}
 
 
@@ -40,6 +42,7 @@ class ModelStats:
     prompt_tokens: int
     completion_tokens: int
     retries: int = 0
+    endpoints: tuple[EndpointStats, ...] = ()  # per server, for clients that use several
 
 
 @runtime_checkable

@@ -12,6 +12,7 @@ from populace.core import ConfigError
 from ._base import ModelClient
 from ._dummy import DummyModel
 from ._openai import OpenAIModel
+from ._scripted import ScriptedModel, ScriptedParams
 
 
 class _Strict(BaseModel):
@@ -59,6 +60,8 @@ class OpenAIConfig(_Strict):
     max_concurrency: int = Field(64, ge=1, description="requests in flight per endpoint")
     eject_after: int = Field(5, ge=1, description="consecutive failures that eject an endpoint")
     cooldown: float = Field(10.0, ge=0, description="seconds an ejected endpoint rests")
+    max_backoff: float = Field(8.0, ge=0, description="longest wait between two attempts, "
+                               "seconds (the wait doubles from 0.25 s after each failure)")
 
     @field_validator("base_urls")
     @classmethod
@@ -72,16 +75,43 @@ class OpenAIConfig(_Strict):
         return cleaned
 
 
-ModelConfig = Annotated[DummyConfig | OpenAIConfig, Field(discriminator="provider")]
+class ScriptedConfig(_Strict):
+    """``provider: scripted`` — no server; answers by a documented rule of the prompt.
+
+    Personas, prompt level, rules and earlier winners shape its numbers (see
+    ``populace.llm._scripted`` and docs/scripted-model.md), so offline runs show structure.
+
+    ```yaml
+    models:
+      scripted: {provider: scripted}            # the rule as documented
+      sharp: {provider: scripted, depth: 4}     # four more reasoning steps on every answer
+    ```
+    """
+
+    provider: Literal["scripted"]
+    latency: float = Field(0.0, ge=0, description="seconds each call waits")
+    depth: float = Field(0.0, ge=-5, le=20, description="reasoning steps added to every answer")
+    noise: float = Field(1.0, ge=0, description="multiplies the spread of the answers")
+    invalid: float = Field(0.0, ge=0, le=1, description="share of answers that settle on no "
+                           "number")
+
+    def params(self) -> ScriptedParams:
+        return ScriptedParams(depth=self.depth, noise=self.noise, invalid=self.invalid)
 
 
-def build_model(name: str, config: DummyConfig | OpenAIConfig) -> ModelClient:
+ModelConfig = Annotated[DummyConfig | OpenAIConfig | ScriptedConfig,
+                        Field(discriminator="provider")]
+
+
+def build_model(name: str, config: DummyConfig | OpenAIConfig | ScriptedConfig) -> ModelClient:
     """A client for ``config``; called once per worker (see ``populace.core.PerWorker``).
 
     Raises :class:`~populace.core.ConfigError` when ``api_key_env`` names an unset variable.
     """
     if isinstance(config, DummyConfig):
         return DummyModel(name, latency=config.latency, low=config.low, high=config.high)
+    if isinstance(config, ScriptedConfig):
+        return ScriptedModel(name, latency=config.latency, params=config.params())
     if isinstance(config, OpenAIConfig):
         api_key = None
         if config.api_key_env is not None:
@@ -104,5 +134,6 @@ def build_model(name: str, config: DummyConfig | OpenAIConfig) -> ModelClient:
             max_tokens=config.max_tokens,
             eject_after=config.eject_after,
             cooldown=config.cooldown,
+            max_backoff=config.max_backoff,
         )
     raise TypeError(f"unknown model config {type(config).__name__}")

@@ -200,7 +200,8 @@ class OpenAIModel:
 
     def statistics(self) -> ModelStats:
         return ModelStats(self.name, self._requests, self._failures, self._in_flight,
-                          self._prompt_tokens, self._completion_tokens, self._retries)
+                          self._prompt_tokens, self._completion_tokens, self._retries,
+                          self._pool.statistics())
 
     def endpoint_statistics(self) -> tuple[EndpointStats, ...]:
         """Per-endpoint counters of the underlying pool."""

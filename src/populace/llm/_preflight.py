@@ -18,7 +18,7 @@ import aiohttp
 
 from populace.core import ConfigError
 
-from ._config import DummyConfig, OpenAIConfig
+from ._config import DummyConfig, OpenAIConfig, ScriptedConfig
 
 _SHOWN_MODELS = 8  # served model ids listed in a "does not serve" message
 
@@ -107,7 +107,7 @@ def _judge(name: str, config: OpenAIConfig, url: str, listing: _Listing,
     return None
 
 
-async def preflight(models: Mapping[str, DummyConfig | OpenAIConfig], *,
+async def preflight(models: Mapping[str, DummyConfig | OpenAIConfig | ScriptedConfig], *,
                     timeout: float = 5.0) -> None:
     """Raise :class:`~populace.core.ConfigError` if a configured model cannot answer.
 
@@ -120,7 +120,7 @@ async def preflight(models: Mapping[str, DummyConfig | OpenAIConfig], *,
     every base URL must answer ``GET /models`` within ``timeout`` seconds, accept the key, and
     list the configured ``model``. All endpoints are asked at once, each URL only once per
     key. The message is one line naming the model's key and the first problem, in config
-    order, with ``(+N more)`` when there are others. Dummy models always pass. Await it
+    order, with ``(+N more)`` when there are others. Dummy and scripted models always pass. Await it
     from a task (``asyncio.run`` makes one), not from inside an agent.
     """
     # In config order: a key problem, or the endpoint checks of the model.

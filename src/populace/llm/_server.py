@@ -1,14 +1,16 @@
 """A small OpenAI-compatible HTTP server: ``populace serve-llm``, dry runs and tests.
 
 It answers like a chat model would in the guess-the-number game, without any model: a
-seeded random number, a short reasoning sentence ending in "The answer is N", or an echo;
+seeded random number, a short reasoning sentence ending in "The answer is N", an echo, or
+(policy ``scripted``) the prompt-dependent rule of :mod:`populace.llm._scripted`;
 asked to extract the number from a reply ("Extract ... The answer is N"), it answers "The
 answer is <the number in the reply>".
 
 Latency, HTTP 500s, 429s with ``Retry-After``, hung requests and truncated JSON bodies can
 be injected at chosen rates, reproducibly: the fate and latency of the *i*-th request depend
 only on the server seed and *i*, and the number answered depends only on the request's
-``seed`` (the same number :class:`~populace.llm.DummyModel` answers for that seed).
+``seed`` (the same number :class:`~populace.llm.DummyModel` answers for that seed). An
+outage (every completion answered 503 for a while) can be scheduled too.
 
 Endpoints: ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions``,
 ``GET /health`` and ``GET /stats`` (request counters, as JSON).
@@ -23,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -35,10 +36,13 @@ from aiohttp import web
 
 from populace.core import derive_seed, mix64, unit_float
 
+from ._replies import extraction, json_answer, text_of, words
+from ._scripted import ScriptedParams, scripted_reply
+
 log = logging.getLogger("populace.llm.server")
 
-Policy = Literal["random", "reasoning", "echo"]
-_POLICIES = ("random", "reasoning", "echo")
+Policy = Literal["random", "reasoning", "echo", "scripted"]
+_POLICIES = ("random", "reasoning", "echo", "scripted")
 
 # Salts that keep the seeded draws of one request independent of each other.
 _FATE, _LATENCY, _ID, _NUMBER, _SENTENCE = range(5)
@@ -51,10 +55,6 @@ _REASONS = (
     "Balancing naive and strategic players, I settle on a moderate guess.",
 )
 
-_ANSWER_IS = re.compile(r"answer\s+is\s*[:=]?\s*[*\"'(\[]*\s*(-?\d+(?:\.\d+)?)", re.IGNORECASE)
-_TEMPLATE = re.compile(r"answer\s+is", re.IGNORECASE)
-_EXTRACT = re.compile(r"\bextract", re.IGNORECASE)
-_NUMERAL = re.compile(r"-?\d+(?:\.\d+)?")
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,11 @@ class ServerOptions:
     1): ``rate_500`` answers HTTP 500, ``rate_429`` answers 429 with ``Retry-After:
     retry_after``, ``rate_timeout`` holds the request for ``timeout_sleep`` seconds (far past
     any client timeout), ``rate_malformed`` answers 200 with a truncated JSON body. With
-    ``api_key`` set, requests must carry ``Authorization: Bearer <api_key>``.
+    ``api_key`` set, requests must carry ``Authorization: Bearer <api_key>``. ``outage``
+    ``(start, duration)``: from ``start`` to ``start + duration`` seconds after the first
+    completion request, every completion request is answered 503 with ``Retry-After:
+    retry_after`` (a model down behind its gateway); those answers do not count as requests
+    (the fates of the others stay as without the outage).
     """
 
     models: Sequence[str] = ("dummy",)
@@ -82,6 +86,7 @@ class ServerOptions:
     timeout_sleep: float = 3600.0
     seed: int = 0
     api_key: str | None = None
+    outage: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         models = (self.models,) if isinstance(self.models, str) else tuple(self.models)
@@ -105,12 +110,17 @@ class ServerOptions:
             raise ValueError(f"error rates must lie in [0, 1] and sum to at most 1, got {rates}")
         if self.retry_after < 0 or self.timeout_sleep < 0:
             raise ValueError("retry_after and timeout_sleep must be >= 0")
+        if self.outage is not None:
+            if len(self.outage) != 2 or not all(x >= 0 for x in self.outage):
+                raise ValueError(f"outage must be (start, duration) with both >= 0, "
+                                 f"got {self.outage!r}")
+            object.__setattr__(self, "outage", (float(self.outage[0]), float(self.outage[1])))
 
 
 class _State:
     """Counters behind ``GET /stats``."""
 
-    __slots__ = ("in_flight", "injected", "models", "requests", "status")
+    __slots__ = ("first", "in_flight", "injected", "models", "requests", "status")
 
     def __init__(self) -> None:
         self.requests = 0  # completion requests received; also the index of the next one
@@ -118,6 +128,7 @@ class _State:
         self.status: Counter[str] = Counter()
         self.injected: Counter[str] = Counter()
         self.models: Counter[str] = Counter()
+        self.first: float | None = None  # when the first completion request came
 
     def as_json(self) -> dict[str, Any]:
         return {"requests": self.requests, "in_flight": self.in_flight,
@@ -130,89 +141,19 @@ _STATE = web.AppKey("state", _State)
 
 
 # -- answers ---------------------------------------------------------------------------------
-def _text_of(content: Any) -> str:
-    """Message content as text; multi-part content keeps its text parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(p.get("text", "") for p in content
-                        if isinstance(p, dict) and isinstance(p.get("text"), str))
-    return "" if content is None else str(content)
-
-
-def _words(text: str) -> int:
-    return len(text.split())
-
-
-def _find_number(text: str) -> str | None:
-    """The number a reply commits to: after "answer is", else the last one outside the
-    sentences that only state the answer template (``The answer is N``)."""
-    found = _ANSWER_IS.findall(text)
-    if found:
-        return str(found[-1])
-    kept = [part for part in re.split(r"(?<=[.!?\n])\s*", text) if not _TEMPLATE.search(part)]
-    numbers = _NUMERAL.findall(" ".join(kept))
-    return numbers[-1] if numbers else None
-
-
-def _extraction(messages: list[dict[str, Any]]) -> str | None:
-    """If the last user message asks to extract a number as "The answer is N", the number.
-
-    Both the word "extract" and the template must appear: a game prompt that merely asks
-    players to end with "The answer is N" is answered like any other.
-    """
-    last = next((m for m in reversed(messages) if m.get("role") == "user"), None)
-    if last is None:
-        return None
-    text = _text_of(last.get("content"))
-    if not (_TEMPLATE.search(text) and _EXTRACT.search(text)):
-        return None
-    number = _find_number(text)
-    if number is None:  # the reply to read may be an earlier assistant turn
-        for m in reversed(messages):
-            if m.get("role") == "assistant":
-                number = _find_number(_text_of(m.get("content")))
-                break
-    return number if number is not None else "unknown"
-
-
-def _json_answer(response_format: dict[str, Any], reasoning: str, number: int | str) -> str:
-    """A JSON object for ``response_format``; fills a json_schema's properties by type."""
-    value: int | float | str = number
-    if isinstance(number, str):
-        try:
-            value = float(number) if "." in number else int(number)
-        except ValueError:
-            value = number
-    schema = response_format.get("json_schema") or {}
-    props = (schema.get("schema") or {}).get("properties") if isinstance(schema, dict) else None
-    if not isinstance(props, dict) or not props:
-        return json.dumps({"reasoning": reasoning, "number": value})
-    out: dict[str, Any] = {}
-    for key, spec in props.items():
-        kind = spec.get("type") if isinstance(spec, dict) else None
-        if kind in ("integer", "number"):
-            out[key] = value
-        elif kind == "string":
-            out[key] = reasoning
-        elif kind == "boolean":
-            out[key] = True
-        elif kind == "array":
-            out[key] = []
-        elif kind == "object":
-            out[key] = {}
-        else:
-            out[key] = None
-    return json.dumps(out)
-
-
 def _answer(options: ServerOptions, messages: list[dict[str, Any]], seed: int,
-            response_format: Any) -> str:
-    """What the fake model says, determined by ``options``, ``messages`` and ``seed``."""
+            response_format: Any, temperature: Any = None) -> str:
+    """What the fake model says, determined by ``options``, ``messages`` and ``seed``
+    (and, for the scripted policy, ``temperature``)."""
+    if options.policy == "scripted":
+        t = float(temperature) if isinstance(temperature, int | float) else None
+        return scripted_reply(messages, seed=seed, temperature=t,
+                              response_format=response_format,
+                              params=ScriptedParams(low=options.low, high=options.high))
     if options.policy == "echo":
         last = next((m for m in reversed(messages) if m.get("role") == "user"), None)
-        return _text_of(last.get("content")) if last is not None else ""
-    extracted = _extraction(messages)
+        return text_of(last.get("content")) if last is not None else ""
+    extracted = extraction(messages)
     reason = _REASONS[mix64(derive_seed(seed, _SENTENCE)) % len(_REASONS)]
     if extracted is not None:
         number: int | str = extracted
@@ -222,7 +163,7 @@ def _answer(options: ServerOptions, messages: list[dict[str, Any]], seed: int,
     structured = isinstance(response_format, dict) and response_format.get("type") in (
         "json_schema", "json_object")
     if structured:
-        return _json_answer(response_format, reason, number)
+        return json_answer(response_format, reason, number)
     if extracted is not None:
         return f"The answer is {number}"
     if options.policy == "reasoning":
@@ -282,10 +223,23 @@ async def _admit(request: web.Request) -> tuple[dict[str, Any], str] | web.Respo
     return body, model
 
 
+def _seconds(after: float) -> str:
+    """A ``Retry-After`` value: ``1``, not ``1.0``."""
+    return str(int(after)) if after == int(after) else f"{after:g}"
+
+
 async def _complete(request: web.Request, messages: list[dict[str, Any]], body: dict[str, Any],
                     model: str, legacy: bool) -> web.Response:
     """Shared by both completion endpoints once the request is valid."""
     options, state = request.app[_OPTIONS], request.app[_STATE]
+    now = time.monotonic()
+    if state.first is None:
+        state.first = now
+    if options.outage is not None and 0 <= now - state.first - options.outage[0] \
+            < options.outage[1]:
+        state.injected["outage"] += 1
+        return _error(state, 503, "Injected outage: the model is unavailable.", "server_error",
+                      headers={"Retry-After": _seconds(options.retry_after)})
     index = state.requests
     state.requests += 1
     state.models[model] += 1
@@ -304,10 +258,8 @@ async def _complete(request: web.Request, messages: list[dict[str, Any]], body: 
         edge += options.rate_429
         if fate < edge:
             state.injected["429"] += 1
-            after = options.retry_after
-            header = str(int(after)) if after == int(after) else f"{after:g}"
             return _error(state, 429, "Injected rate limit; retry later.", "rate_limit_error",
-                          headers={"Retry-After": header})
+                          headers={"Retry-After": _seconds(options.retry_after)})
         malformed = fate < edge + options.rate_malformed
         lat = options.latency
         if isinstance(lat, tuple):
@@ -324,14 +276,14 @@ async def _complete(request: web.Request, messages: list[dict[str, Any]], body: 
         n = body.get("n")
         n = n if type(n) is int and 1 <= n <= 128 else 1
         max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
-        prompt_tokens = sum(_words(_text_of(m.get("content"))) for m in messages)
+        prompt_tokens = sum(words(text_of(m.get("content"))) for m in messages)
         choices = []
         completion_tokens = 0
         for k in range(n):
             text = _answer(options, messages, seed if k == 0 else derive_seed(seed, k),
-                           body.get("response_format"))
+                           body.get("response_format"), body.get("temperature"))
             text, finish = _truncate(text, max_tokens)
-            completion_tokens += _words(text)
+            completion_tokens += words(text)
             if legacy:
                 choices.append({"index": k, "text": text, "logprobs": None,
                                 "finish_reason": finish})

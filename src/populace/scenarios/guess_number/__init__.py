@@ -3,19 +3,28 @@
 Each round a moderator (in the central process) tells N participants the rules; each
 participant asks its model and reports a number; the moderator scores the round
 (target = offset + ratio × mean of valid answers; the closest valid answer wins) and, with
-``feedback``, tells everyone the winning number before the next round.
+``feedback``, tells everyone the winning number before the next round. With
+``group_play``, each group reports its members' mean and the groups are scored instead.
 """
 
 from ._agents import Guess, Participant, Rules
 from ._config import DEFAULT_PROMPT, PROMPT_FIELDS, GameConfig, RunConfig
 from ._play import RESPONSE_SCHEMA, Reporter, SilentReporter, Timings, play
-from ._rules import RoundOutcome, parse_number, parse_ratio, score_round
+from ._rules import (
+    GroupScores,
+    RoundOutcome,
+    parse_number,
+    parse_ratio,
+    score_groups,
+    score_round,
+)
 
 __all__ = [
     "DEFAULT_PROMPT",
     "PROMPT_FIELDS",
     "RESPONSE_SCHEMA",
     "GameConfig",
+    "GroupScores",
     "Guess",
     "Participant",
     "Reporter",
@@ -27,5 +36,6 @@ __all__ = [
     "parse_number",
     "parse_ratio",
     "play",
+    "score_groups",
     "score_round",
 ]

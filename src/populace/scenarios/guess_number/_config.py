@@ -28,8 +28,10 @@ from ._rules import parse_ratio
 #: Fields a participant prompt template may use.
 PROMPT_FIELDS = frozenset({
     "n_players", "low", "high", "ratio", "offset", "target_rule", "famous_note", "instruction",
-    "round", "rounds", "history", "composition",
+    "round", "rounds", "history", "composition", "group_note",
 })
+#: The fields filled with integers; the others are text (see ``_round_prompt``).
+_INT_FIELDS = frozenset({"n_players", "round", "rounds"})
 
 #: The round prompt unless ``game.prompt`` replaces it: the rules, then the level's
 #: instruction (see ``_prompts.py``).
@@ -88,6 +90,8 @@ class GameConfig(_Strict):
     temperature: float | None = Field(None, ge=0, le=2)
     max_tokens: int | None = Field(None, ge=1, description="cap on each answer's tokens")
     groups: int = Field(1, ge=1, description="number of groups agents are dealt into")
+    group_play: bool = Field(False, description="group-level play: each group reports the "
+                             "mean of its members' numbers; the closest group wins")
 
     @model_validator(mode="after")
     def _check(self) -> GameConfig:
@@ -219,7 +223,28 @@ class RunConfig(_Strict):
         if unknown:
             raise ValueError(f"game.prompt: unknown template field {{{unknown[0]}}}; expected "
                              f"one of {', '.join(sorted(allowed))}")
+        try:  # a bad conversion or format spec ({n_players!x}, {low:d}) fails only when filled
+            self.game.prompt.format_map({f: 1 if f in _INT_FIELDS else "x" for f in allowed})
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+            raise ValueError(f"game.prompt: cannot fill the template: {e}") from None
         return self
+
+    @model_validator(mode="after")
+    def _group_play(self) -> RunConfig:
+        if self.game.group_play and self.group_count() < 2:
+            raise ValueError("game.group_play needs at least two groups: set game.groups, or "
+                             "population.groups")
+        return self
+
+    def group_count(self) -> int:
+        """How many groups participants are dealt into (population groups first)."""
+        groups = self.population.groups if self.population is not None else None
+        if groups is None:
+            return self.game.groups
+        if groups.count is not None:
+            return groups.count
+        assert self.population is not None and groups.by is not None
+        return len(self.population.values(groups.by))
 
     @model_validator(mode="after")
     def _address(self) -> RunConfig:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -18,6 +19,7 @@ from populace.llm import ModelSet, preflight
 from populace.population import generate_backgrounds, sample_population
 from populace.results import (
     RunDirectory,
+    RunMonitor,
     latest_checkpoint,
     read_summary,
     write_checkpoint,
@@ -25,8 +27,8 @@ from populace.results import (
 
 from ._agents import Guess, Participant, Rules
 from ._config import RunConfig
-from ._prompts import FAMOUS_NOTE, INSTRUCTIONS, composition, describe_target
-from ._rules import RoundOutcome, score_round
+from ._prompts import FAMOUS_NOTE, GROUP_NOTE, INSTRUCTIONS, composition, describe_target
+from ._rules import RoundOutcome, group_outcome, score_groups, score_round
 
 RESPONSE_SCHEMA = pa.schema([
     ("round", pa.int32()),
@@ -105,6 +107,7 @@ def _round_prompt(config: RunConfig, round_no: int, last: RoundOutcome | None,
         ratio=f"{game.ratio}", offset=f"{game.offset:g}",
         target_rule=describe_target(game.ratio, game.offset),
         famous_note=FAMOUS_NOTE if game.famous_note else "",
+        group_note=GROUP_NOTE.format(groups=config.group_count()) if game.group_play else "",
         instruction=INSTRUCTIONS[game.level],
         round=round_no, rounds=config.rounds, history=history,
     ))
@@ -154,6 +157,14 @@ def _table(round_no: int, ids: np.ndarray, groups: np.ndarray, models: pa.Array,
         "prompt_tokens": pa.array(ptok),
         "completion_tokens": pa.array(ctok),
     }, schema=RESPONSE_SCHEMA)
+
+
+def _live(values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Numbers (NaN when invalid) and latencies of replies as they arrive, for the monitor."""
+    guesses = [v.content for v in values]
+    numbers = np.fromiter((np.nan if g.number is None else g.number for g in guesses),
+                          np.float64, len(guesses))
+    return numbers, np.fromiter((g.latency_s for g in guesses), np.float64, len(guesses))
 
 
 def _usage(table: pa.Table) -> dict[str, dict[str, int]]:
@@ -228,8 +239,14 @@ def _resume_point(run_dir: RunDirectory, summary: dict[str, Any]
     """
     try:
         before = read_summary(run_dir.path)
+    except FileNotFoundError:
+        before = {}  # killed before the first round ended: start again from round 1
     except (OSError, ValueError) as e:
         raise ConfigError(f"{run_dir.path}: nothing to resume (summary.json: {e})") from None
+    for key in ("agents", "seed"):  # the checkpoint only fits the run it was made by
+        if key in before and before[key] != summary[key]:
+            raise ConfigError(f"{run_dir.path}: cannot resume with {key} {summary[key]}: the "
+                              f"run was made with {key} {before[key]}")
     point = latest_checkpoint(run_dir.path, up_to=len(before.get("rounds", [])))
     done = point[0] if point is not None else 0
     for part in (run_dir.path / "parts").glob("responses-r*.parquet"):
@@ -252,6 +269,7 @@ async def play(
     *,
     replay: str | Path | None = None,
     resume: bool = False,
+    monitor: RunMonitor | None = None,
 ) -> dict[str, Any]:
     """Play ``config.rounds`` rounds; write results to ``run_dir`` as each round ends.
 
@@ -260,6 +278,8 @@ async def play(
     After every round the agents' state is checkpointed; ``resume`` continues ``run_dir``
     from its last checkpoint, answering calls the interrupted round already made from the
     recording, so the results equal those of an uninterrupted run.
+    ``monitor`` receives live progress for the studio; its ``request_stop()`` abandons the
+    round in progress and ends the run with status ``stopped`` (finished rounds are kept).
     Returns the summary (also written to ``summary.json``).
     """
     if resume and run_dir is None:
@@ -293,6 +313,12 @@ async def play(
     if resume:
         assert run_dir is not None
         start_round, last, restored = _resume_point(run_dir, summary)
+    if monitor is not None:
+        monitor.run_started(name=config.name, agents=n, rounds=config.rounds, low=game.low,
+                            high=game.high, workers=config.workers, backend=config.backend,
+                            models=sorted(in_use), history=summary["rounds"],
+                            run_dir=run_dir.path if run_dir is not None else None)
+    stopped = False
     attributes = config.agent_fields()
     rules = Rules(config.seed, game.low, game.high, game.temperature, game.max_tokens,
                   {name: config.protocol_for(name) for name in in_use}, game.memory_rounds,
@@ -324,13 +350,18 @@ async def play(
                     replay_from=(Path(replay) / "llm_calls" if replay is not None
                                  else run_dir.path / "llm_calls" if resume and run_dir
                                  else None),
-                    resume=resume),
+                    resume=resume and replay is None),  # --replay never asks a model
                       "rules": rules},
             )
             if restored is not None:
                 await players.scatter(Participant.set_state, restored)
             timings.create_s = time.perf_counter() - t0
+            if monitor is not None:
+                monitor.simulation_started(sim)
             for round_no in range(start_round, config.rounds + 1):
+                if monitor is not None and monitor.stop_requested:
+                    stopped = True
+                    break
                 t_round, cpu_round = time.perf_counter(), time.process_time()
                 reporter.round_started(round_no, n)
                 # One seed per round; each participant mixes in its id (seed_for).
@@ -338,9 +369,16 @@ async def play(
                           metadata={"round": round_no,
                                     "seed": derive_seed(config.seed, round_no)})
                 answers = players.broadcast(ask)
+                if monitor is not None:
+                    monitor.round_started(round_no, answers, _live)
                 while not answers.done():
                     await wait([answers], timeout=0.1)
                     reporter.round_progress(round_no, answers.n_done, n)
+                    if monitor is not None and monitor.round_progress(sim.statistics()):
+                        stopped = True  # the round is abandoned, never written with holes
+                        break
+                if stopped:
+                    break
                 results = answers.results(return_exceptions=True)
                 lost = next((r for r in results if isinstance(r, WorkerLost)), None)
                 if lost is not None:  # never write a round with holes: resume replays it
@@ -348,13 +386,18 @@ async def play(
                 table = _table(round_no, ids, groups, models, results)
                 numbers = table.column("number").to_numpy(zero_copy_only=False)
                 last = score_round(round_no, numbers, game.ratio, game.offset)
+                scores = score_groups(numbers, groups, game.ratio, game.offset) \
+                    if game.group_play else None
+                if scores is not None:  # group-level play: the groups' means are scored
+                    last = group_outcome(last, scores)
                 if run_dir is not None:
                     run_dir.write_round("responses", round_no, table)
                 if game.feedback and last.winner_number is not None:
                     await players.observe(Msg(
                         "moderator",
                         f"Round {round_no} is over. The target was {last.target:.2f} and the "
-                        f"winning number was {last.winner_number:g}.",
+                        f"winning number was {last.winner_number:g}"
+                        + (f" (the average of group {scores.winner_group})." if scores else "."),
                         role="system", metadata={"round": round_no},
                     ))
                 wall = time.perf_counter() - t_round
@@ -363,6 +406,10 @@ async def play(
                 entry = {k: _clean(v) for k, v in last.as_dict().items()}
                 entry["wall_s"] = round(wall, 4)
                 entry["usage"] = _usage(table)
+                if scores is not None:
+                    entry["winner_group"] = scores.winner_group
+                    entry["group_mean"] = _clean(scores.mean)
+                    entry["groups"] = scores.as_list()
                 summary["rounds"].append(entry)
                 summary["wall_s"] = round(time.perf_counter() - started, 4)
                 if run_dir is not None:
@@ -371,7 +418,9 @@ async def play(
                                      {"agents": states, "last": last.as_dict()})
                     run_dir.write_summary(summary)
                 reporter.round_finished(last, wall)
-        summary["status"] = "completed"
+                if monitor is not None:
+                    monitor.round_finished(entry, sim.statistics())
+        summary["status"] = "stopped" if stopped else "completed"
     except BaseException as e:
         # asyncio.run turns Ctrl-C into a cancellation of the main task.
         interrupted = isinstance(e, KeyboardInterrupt | asyncio.CancelledError)
@@ -384,4 +433,6 @@ async def play(
         if run_dir is not None:
             run_dir.write_summary(summary)
             run_dir.consolidate("responses")
+        if monitor is not None:
+            monitor.run_finished(summary["status"], summary.get("error"))
     return summary

@@ -15,10 +15,14 @@ RULES = (
     "You are one of {n_players} players in a number game.{composition} Every player "
     "privately chooses a "
     "real number between {low} and {high}, inclusive. {target_rule} The player whose number "
-    "is closest to the target wins.{famous_note}"
+    "is closest to the target wins.{famous_note}{group_note}"
 )
 
 FAMOUS_NOTE = " (This is a version of the famous game 'guess 2/3 of the average'.)"
+
+GROUP_NOTE = (" In this game the players are split into {groups} groups: a group's number is "
+              "the average of its members' numbers, and the group whose number is closest to "
+              "the target wins.")
 
 STEP_BY_STEP = "Think the problem through step by step first, then give your number."
 

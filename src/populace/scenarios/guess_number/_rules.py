@@ -112,3 +112,71 @@ def score_round(round_no: int, numbers: np.ndarray, ratio: Fraction, offset: flo
     winner = float(valid[dist == best].min())
     return RoundOutcome(round_no, n, k, mean, float(np.median(valid)), float(valid.std()),
                         target, winner, int(np.count_nonzero(valid == winner)))
+
+
+@dataclass(frozen=True, slots=True)
+class GroupScores:
+    """Group-level play: each group reports the mean of its members' valid numbers.
+
+    ``reports`` holds one entry per group id present (NaN for a group without a valid
+    number); the round's target is ``offset + ratio × mean of the reports`` and the group
+    whose report is closest wins (the lower group id on a tie).
+    """
+
+    group_ids: np.ndarray
+    sizes: np.ndarray
+    n_valid: np.ndarray
+    reports: np.ndarray
+    target: float | None
+    winner_group: int | None
+    winner_report: float | None
+
+    @property
+    def mean(self) -> float | None:
+        valid = self.reports[~np.isnan(self.reports)]
+        return float(valid.mean()) if valid.size else None
+
+    def as_list(self) -> list[dict[str, float | int | None]]:
+        """One dict per group, as summary.json's ``groups`` lists them."""
+        return [{"group": int(g), "n": int(n), "n_valid": int(k),
+                 "report": None if np.isnan(r) else float(r)}
+                for g, n, k, r in zip(self.group_ids, self.sizes, self.n_valid, self.reports,
+                                      strict=True)]
+
+
+def score_groups(numbers: np.ndarray, groups: np.ndarray, ratio: Fraction,
+                 offset: float = 0.0) -> GroupScores:
+    """Score a round of group-level play. ``numbers`` has NaN for invalid answers.
+
+    >>> s = score_groups(np.array([10., 30., 60., np.nan]), np.array([0, 0, 1, 1]),
+    ...                  Fraction(1, 2))
+    >>> s.reports.tolist(), s.target, s.winner_group
+    ([20.0, 60.0], 20.0, 0)
+    """
+    numbers = np.asarray(numbers, dtype=np.float64)
+    groups = np.asarray(groups)
+    ids, inverse = np.unique(groups, return_inverse=True)
+    sizes = np.bincount(inverse, minlength=ids.size)
+    ok = ~np.isnan(numbers)
+    n_valid = np.bincount(inverse[ok], minlength=ids.size)
+    sums = np.bincount(inverse[ok], weights=numbers[ok], minlength=ids.size)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        reports = np.where(n_valid > 0, sums / np.maximum(n_valid, 1), np.nan)
+    have = ~np.isnan(reports)
+    if not have.any():
+        return GroupScores(ids, sizes, n_valid, reports, None, None, None)
+    target = float(offset + float(ratio) * float(reports[have].mean()))
+    dist = np.where(have, np.abs(reports - target), np.inf)
+    best = int(np.argmin(dist))  # argmin takes the first, i.e. the lowest group id
+    return GroupScores(ids, sizes, n_valid, reports, target, int(ids[best]),
+                       float(reports[best]))
+
+
+def group_outcome(individual: RoundOutcome, scores: GroupScores) -> RoundOutcome:
+    """``individual`` (statistics of every answer) with the target and winner of the groups."""
+    tied = 0
+    if scores.winner_report is not None:
+        tied = int(np.count_nonzero(scores.reports == scores.winner_report))
+    return RoundOutcome(individual.round, individual.n, individual.n_valid, individual.mean,
+                        individual.median, individual.std, scores.target,
+                        scores.winner_report, tied)

@@ -1,0 +1,198 @@
+"""The studio's web application: JSON endpoints, server-sent events and the static page.
+
+Endpoints (all under the security rules of ``_security``)::
+
+    GET  /                                  the page (plain HTML/JS/CSS, no build step)
+    GET  /api/runs                          runs: live ones, then those on disk
+    POST /api/runs                          start {"config": "examples/x.yaml", "agents": …}
+    GET  /api/runs/{id}                     one snapshot (live, or rebuilt from disk)
+    GET  /api/runs/{id}/events              snapshots as server-sent events, twice a second
+    POST /api/runs/{id}/stop                ask a live run to stop
+    GET  /api/runs/{id}/columns             the profile columns an agent search can filter
+    GET  /api/runs/{id}/agents              one page of matching agents
+    GET  /api/runs/{id}/agents/{agent_id}   one agent: profile, background, every answer
+    GET  /api/configs                       run files the studio may start
+    GET  /runs/{id}/report/                 the run's report.html (and files it links)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, Field
+
+import populace
+from populace.results import read_summary, run_snapshot
+
+from ._agents import AgentBrowser, AgentQueryError, UnknownAgent
+from ._runs import NotFound, Refused, Runs
+from ._security import Guard, is_loopback
+
+STATIC = Path(__file__).parent / "static"
+REPORT_FILES = (".html", ".png", ".svg", ".jpg", ".jpeg", ".css", ".js", ".json", ".csv")
+
+
+class StartRequest(BaseModel):
+    """What the start form sends: a run file and optional overrides."""
+
+    config: str = Field(max_length=1000)
+    agents: int | None = Field(None, ge=1)
+    rounds: int | None = Field(None, ge=1)
+    workers: int | None = Field(None, ge=1)
+    seed: int | None = None
+
+
+def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
+               interval: float = 0.5) -> Any:
+    """The studio as an ASGI app over ``runs``.
+
+    ``host`` is the address the server binds: anything but loopback needs a ``token``
+    (``ValueError`` otherwise). ``interval``: seconds between live updates.
+    """
+    loopback = is_loopback(host)
+    if not loopback and not token:
+        raise ValueError(f"binding the studio to {host} needs a token (--token, or let "
+                         "`populace studio` generate one)")
+    app = FastAPI(title="Populace Studio", version=populace.__version__, docs_url=None,
+                  redoc_url=None, openapi_url=None)
+    agents = AgentBrowser()
+    app.state.runs = runs
+    app.state.closing = False
+
+    @app.exception_handler(NotFound)
+    async def not_found(_: Request, e: NotFound) -> JSONResponse:
+        return JSONResponse({"error": f"no run or file named {str(e)!r}"}, status_code=404)
+
+    @app.exception_handler(Refused)
+    async def refused(_: Request, e: Refused) -> JSONResponse:
+        return JSONResponse({"error": str(e)}, status_code=400)
+
+    @app.exception_handler(AgentQueryError)
+    async def bad_query(_: Request, e: AgentQueryError) -> JSONResponse:
+        return JSONResponse({"error": str(e)}, status_code=400)
+
+    @app.exception_handler(FileNotFoundError)
+    async def missing(_: Request, e: FileNotFoundError) -> JSONResponse:
+        return JSONResponse({"error": str(e)}, status_code=404)
+
+    @app.exception_handler(UnknownAgent)
+    async def unknown(_: Request, e: UnknownAgent) -> JSONResponse:
+        return JSONResponse({"error": str(e)}, status_code=404)
+
+    def snapshot(run_id: str) -> dict[str, Any]:
+        live = runs.live(run_id)
+        path = runs.path(run_id)
+        snap = live.monitor.snapshot() if live is not None else run_snapshot(path)
+        snap["report"] = (path / "report.html").is_file()
+        return snap
+
+    # -- pages -------------------------------------------------------------------------------
+    @app.get("/", include_in_schema=False)
+    def index() -> FileResponse:
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.get("/runs/{run_id}/report/", include_in_schema=False)
+    def report(run_id: str) -> FileResponse:
+        return FileResponse(runs.file(run_id, "report.html", REPORT_FILES))
+
+    @app.get("/runs/{run_id}/report/{name:path}", include_in_schema=False)
+    def report_file(run_id: str, name: str) -> FileResponse:
+        return FileResponse(runs.file(run_id, name, REPORT_FILES))
+
+    # -- runs --------------------------------------------------------------------------------
+    @app.get("/api/info")
+    def info() -> dict[str, Any]:
+        return {"version": populace.__version__, "runs_dir": str(runs.runs_dir),
+                "roots": [str(r) for r in runs.roots]}
+
+    @app.get("/api/runs")
+    def list_runs() -> list[dict[str, Any]]:
+        return runs.listing()
+
+    # Starting and stopping run on the event loop, one at a time: no two starts can race.
+    @app.post("/api/runs")
+    async def start_run(body: StartRequest) -> dict[str, Any]:
+        overrides = {k: v for k, v in body.model_dump().items() if k != "config"}
+        live = runs.start(body.config, overrides)
+        return {"id": live.run_id, "config": live.config}
+
+    @app.get("/api/runs/{run_id}")
+    def get_run(run_id: str) -> dict[str, Any]:
+        return snapshot(run_id)
+
+    @app.post("/api/runs/{run_id}/stop")
+    async def stop_run(run_id: str) -> dict[str, Any]:
+        live = runs.stop(run_id)
+        return {"id": run_id, "status": live.monitor.status}
+
+    @app.get("/api/runs/{run_id}/events")
+    async def events(run_id: str, request: Request) -> StreamingResponse:
+        snapshot(run_id)  # 404 before the stream starts
+
+        async def stream() -> AsyncIterator[str]:
+            yield "retry: 2000\n\n"
+            while True:
+                snap = snapshot(run_id)
+                snap["sent_at"] = round(time.time(), 3)
+                yield f"data: {json.dumps(snap, separators=(',', ':'))}\n\n"
+                if snap["finished"] or app.state.closing:
+                    yield "event: end\ndata: {}\n\n"
+                    return
+                await asyncio.sleep(interval)
+                if await request.is_disconnected():
+                    return
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache",
+                                          "X-Accel-Buffering": "no"})
+
+    # -- agents ------------------------------------------------------------------------------
+    @app.get("/api/runs/{run_id}/columns")
+    def columns(run_id: str) -> list[dict[str, Any]]:
+        return agents.columns(runs.path(run_id))
+
+    @app.get("/api/runs/{run_id}/agents")
+    def search_agents(run_id: str, agent_id: int | None = None, group: int | None = None,
+                      attribute: str | None = None, value: str | None = None, page: int = 0,
+                      size: int = 50) -> dict[str, Any]:
+        return agents.search(runs.path(run_id), agent_id=agent_id, group=group,
+                             attribute=attribute, value=value, page=page, size=size)
+
+    @app.get("/api/runs/{run_id}/agents/{agent_id}")
+    def agent(run_id: str, agent_id: int) -> dict[str, Any]:
+        path = runs.path(run_id)
+        try:
+            rounds = read_summary(path).get("rounds", [])
+        except (OSError, ValueError):
+            rounds = []
+        found = agents.agent(path, agent_id, rounds)
+        found["prompt"] = _prompt(path)
+        return found
+
+    @app.get("/api/configs")
+    def configs() -> list[str]:
+        return runs.configs()
+
+    return Guard(app, token=token, loopback=loopback)
+
+
+def _prompt(run: Path) -> str | None:
+    """The round prompt template the run used (``game.prompt`` of its config.yaml)."""
+    try:
+        config = yaml.safe_load((run / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    game = config.get("game") if isinstance(config, dict) else None
+    prompt = game.get("prompt") if isinstance(game, dict) else None
+    return prompt if isinstance(prompt, str) else None

@@ -1,0 +1,200 @@
+"""Resume semantics, in this process: damaged checkpoints, the crash window between a
+checkpoint and the summary, recorded LLM calls answered from the recording, refusals."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pyarrow as pa
+import pytest
+import yaml
+
+from populace.cli import main
+from populace.llm import ServerOptions, running_server
+from populace.results import RunDirectory, read_summary, read_table
+from populace.scenarios.guess_number import RunConfig, play
+
+FAST = {"name": "resume", "seed": 21, "agents": 200, "rounds": 3, "workers": 2,
+        "models": {"dummy": {"provider": "dummy", "latency": 0.0}}}
+
+
+async def fresh(run_dir: Path, data: dict[str, Any], **options: Any) -> dict[str, Any]:
+    return await play(RunConfig.model_validate(data), RunDirectory.create(run_dir), **options)
+
+
+async def resumed(run_dir: Path, **options: Any) -> dict[str, Any]:
+    data = yaml.safe_load((run_dir / "config.yaml").read_text())
+    return await play(RunConfig.model_validate(data), RunDirectory(run_dir), resume=True,
+                      **options)
+
+
+def rows(table: pa.Table) -> list[dict[str, Any]]:
+    keep = ["round", "agent_id", "number", "valid", "raw", "error"]
+    return table.select(keep).sort_by([("round", "ascending"), ("agent_id", "ascending")]
+                                      ).to_pylist()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[dict[str, Any]]]:
+    import asyncio
+
+    path = tmp_path_factory.mktemp("reference")
+    asyncio.run(fresh(path, FAST))
+    yield rows(read_table(path))
+
+
+async def test_a_damaged_checkpoint_falls_back_to_the_one_before(
+    tmp_path: Path, reference: list[dict[str, Any]],
+) -> None:
+    await fresh(tmp_path, FAST)
+    newest = tmp_path / "checkpoints" / "round-00003.ckpt"
+    data = bytearray(newest.read_bytes())
+    data[-10] ^= 0xFF  # one flipped byte: the checksum no longer matches
+    newest.write_bytes(bytes(data))
+    summary = await resumed(tmp_path)
+    assert summary["resumed_from_round"] == 2  # round 3 was played again
+    assert [r["round"] for r in summary["rounds"]] == [1, 2, 3]
+    assert rows(read_table(tmp_path)) == reference
+
+
+async def test_a_crash_between_checkpoint_and_summary(
+    tmp_path: Path, reference: list[dict[str, Any]],
+) -> None:
+    await fresh(tmp_path, {**FAST, "rounds": 2})
+    # As a kill -9 right after the checkpoint of round 2 leaves it: round 2's rows and
+    # checkpoint are on disk, the summary still says one round.
+    summary = read_summary(tmp_path)
+    summary["status"], summary["rounds"] = "running", summary["rounds"][:1]
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    (tmp_path / "responses.parquet").unlink()
+    done = await resumed(tmp_path)
+    assert done["resumed_from_round"] == 1
+    assert rows(read_table(tmp_path)) == [r for r in reference if r["round"] <= 2]
+
+
+async def test_resuming_a_finished_run_changes_nothing(
+    tmp_path: Path, reference: list[dict[str, Any]],
+) -> None:
+    await fresh(tmp_path, FAST)
+    summary = await resumed(tmp_path)
+    assert summary["status"] == "completed" and summary["resumed_from_round"] == 3
+    assert rows(read_table(tmp_path)) == reference
+
+
+# -- recorded LLM calls ----------------------------------------------------------------------------
+class StopInRound:
+    """A reporter that aborts the run once ``after`` answers of round ``round_no`` are in."""
+
+    def __init__(self, round_no: int, after: int) -> None:
+        self.round_no, self.after = round_no, after
+
+    def round_started(self, round_no: int, total: int) -> None:
+        pass
+
+    def round_progress(self, round_no: int, done: int, total: int) -> None:
+        if round_no == self.round_no and done >= self.after:
+            raise RuntimeError("pulled the plug")
+
+    def round_finished(self, outcome: Any, wall_s: float) -> None:
+        pass
+
+
+def llm_run(url: str, **changes: Any) -> dict[str, Any]:
+    return {"name": "recorded", "seed": 8, "agents": 60, "rounds": 2, "workers": 2,
+            "models": {"llm": {"provider": "openai", "model": "dummy", "base_urls": [url],
+                               "timeout": 10}},
+            "game": {"protocol": "direct"}, **changes}
+
+
+async def requests_served(url: str) -> int:
+    async with aiohttp.ClientSession() as session, \
+            session.get(url.removesuffix("/v1") + "/stats") as resp:
+        return (await resp.json())["requests"]  # type: ignore[no-any-return]
+
+
+def recorded_lines(run_dir: Path) -> int:
+    return sum(len(p.read_text().splitlines()) for p in (run_dir / "llm_calls").glob("*.jsonl"))
+
+
+async def test_calls_made_before_the_interruption_are_not_asked_again(tmp_path: Path) -> None:
+    options = ServerOptions(policy="reasoning", latency=(0.0, 0.5))
+    async with running_server(options) as url:
+        interrupted = tmp_path / "interrupted"
+        with pytest.raises(RuntimeError, match="pulled the plug"):
+            await fresh(interrupted, llm_run(url), reporter=StopInRound(2, after=15))
+        asked = await requests_served(url)
+        answered = recorded_lines(interrupted)  # flushed by the clean stop
+        assert 60 + 15 <= answered < 120 <= asked + 60
+        await resumed(interrupted)
+        # Only the calls with no recorded answer went to the server again.
+        assert await requests_served(url) - asked == 120 - answered
+    async with running_server(ServerOptions(policy="reasoning")) as url:
+        await fresh(tmp_path / "clean", llm_run(url))
+    assert rows(read_table(interrupted)) == rows(read_table(tmp_path / "clean"))
+
+
+async def test_replay_with_resume_never_asks_the_model(tmp_path: Path) -> None:
+    async with running_server(ServerOptions(policy="reasoning")) as url:
+        await fresh(tmp_path / "recorded", llm_run(url))  # rounds 1 and 2
+        replayed = tmp_path / "replayed"
+        data = llm_run(url, rounds=3)  # round 3 was never recorded
+        with pytest.raises(RuntimeError, match="pulled the plug"):
+            await fresh(replayed, data, replay=tmp_path / "recorded",
+                        reporter=StopInRound(2, after=1))
+        asked = await requests_served(url)
+        await resumed(replayed, replay=tmp_path / "recorded")
+        assert await requests_served(url) == asked  # --replay asks no model, even resuming
+    table = read_table(replayed)
+    assert table.num_rows == 180
+    third = [r for r in table.to_pylist() if r["round"] == 3]
+    assert all(not r["valid"] and "not in the recording" in r["error"] for r in third)
+
+
+# -- refusals ----------------------------------------------------------------------------------
+def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+            *args: str | Path) -> tuple[int, list[str]]:
+    monkeypatch.setattr(sys, "argv", ["populace", *map(str, args)])
+    capsys.readouterr()
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = int(e.code or 0)
+    return code, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("change", [["--agents", "201"], ["--seed", "1"], ["--rounds", "4"]])
+def test_resume_refuses_to_change_what_the_checkpoint_fits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    change: list[str],
+) -> None:
+    import asyncio
+
+    asyncio.run(fresh(tmp_path, {**FAST, "rounds": 1}))
+    before = (tmp_path / "config.yaml").read_text()
+    code, err = run_cli(monkeypatch, capsys, "run", "--resume", tmp_path, *change)
+    assert code == 2
+    assert err == ["error: --resume continues the run as it was configured; --agents, "
+                   "--rounds and --seed cannot change"]
+    assert (tmp_path / "config.yaml").read_text() == before
+
+
+def test_resume_refuses_a_config_edited_since(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    import asyncio
+
+    asyncio.run(fresh(tmp_path, {**FAST, "rounds": 1}))
+    edited = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    edited["agents"] = 300
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(edited))
+    code, err = run_cli(monkeypatch, capsys, "run", "--resume", tmp_path)
+    assert code == 2
+    assert err == [f"error: {tmp_path}: cannot resume with agents 300: the run was made with "
+                   "agents 200"]
+    assert len(read_table(tmp_path)) == 200  # nothing was touched

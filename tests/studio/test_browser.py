@@ -1,0 +1,166 @@
+"""The studio in a real browser: Debian's headless Chromium driven by Playwright.
+
+A run of 10,000 dummy agents is started from the page; the test watches the progress
+advance and the histogram fill, opens one agent and reads its messages, then starts a
+longer run, stops it from the page and finds its finished rounds on disk. Screenshots go
+to ``test-artifacts/studio/``. Never downloads a browser: without /usr/bin/chromium (``make
+test`` installs it where it can) the tests are skipped and say why.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from populace.results import read_summary, read_table
+from populace.studio import Runs, StudioServer
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "studio"
+
+if not CHROMIUM.exists():
+    pytest.skip("browser tests need Debian's chromium at /usr/bin/chromium "
+                "(apt-get install chromium; `make test` does it as root)", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need playwright "
+                               "(pip install -e '.[dev]')")
+
+
+@pytest.fixture
+def studio(tmp_path: Path, run_file: Callable[..., Path]) -> Iterator[tuple[StudioServer, Path]]:
+    # 10,000 agents on three models that answer after 0.4, 0.8 and 1.2 s: the progress bar
+    # moves in thirds within every round.
+    run_file(tmp_path / "watch.yaml", name="watch", agents=10_000, rounds=3,
+             assign={"quick": 0.4, "steady": 0.8, "slow": 1.2})
+    run_file(tmp_path / "long.yaml", name="long", agents=10_000, rounds=6, latency=1.0)
+    runs = Runs(tmp_path / "runs", roots=[tmp_path])
+    server = StudioServer(runs, port=0, interval=0.25)
+    server.start()
+    yield server, tmp_path
+    server.stop()
+    runs.shutdown(timeout=30)
+
+
+@pytest.fixture
+def page() -> Iterator[Any]:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+        problems: list[str] = []
+        pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        pg.on("console", lambda m: problems.append(f"console: {m.text}")
+              if m.type == "error" else None)
+        pg.problems = problems
+        yield pg
+        browser.close()
+
+
+def shot(page: Any, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def answered(page: Any) -> tuple[int, int]:
+    """(round, answers so far) as the page shows them."""
+    text = page.inner_text("#round-text") + " " + page.inner_text("#progress-text")
+    m = re.search(r"Round (\d+) of \d+ ([\d,]+) /", text.replace("\n", " "))
+    return (int(m.group(1)), int(m.group(2).replace(",", ""))) if m else (0, 0)
+
+
+def histogram_total(page: Any) -> int:
+    return int(page.eval_on_selector_all(
+        "#hist-svg rect.hbar", "rs => rs.reduce((a, r) => a + Number(r.dataset.count), 0)"))
+
+
+def start_run(page: Any, config: str) -> str:
+    page.fill("#config", config)
+    page.click("#start")
+    page.wait_for_url(re.compile(r"#/run/"), timeout=10_000)
+    page.wait_for_selector("#hist-svg")
+    return page.url.split("#/run/")[1]
+
+
+def test_watch_a_run_then_read_an_agent(studio: tuple[StudioServer, Path], page: Any) -> None:
+    server, root = studio
+    page.goto(server.url)
+    page.wait_for_selector("#start-form")
+    shot(page, "01-runs-empty")
+    run_id = start_run(page, "watch.yaml")
+
+    # The page updates by itself: progress advances and the histogram fills.
+    seen: set[tuple[int, int]] = set()
+    filled: list[int] = []
+    deadline = time.monotonic() + 40
+    while page.inner_text("#status") != "done":
+        assert time.monotonic() < deadline, page.inner_text("#status")
+        seen.add(answered(page))
+        filled.append(histogram_total(page))
+        if len(filled) == 12:
+            shot(page, "02-live-run")
+        page.wait_for_timeout(150)
+    partial = {s for s in seen if 0 < s[1] < 10_000}
+    assert len(partial) >= 2, seen  # mid-round progress, more than once
+    assert len({r for r, _ in seen if r}) >= 2  # and from round to round
+    assert any(0 < f < 10_000 for f in filled), filled  # a histogram partly filled
+    assert histogram_total(page) == 10_000
+    updates = int(page.get_attribute("#updates", "data-n") or 0)
+    assert updates >= 8  # server-sent updates, without reloading
+    assert page.inner_text("#state-done").endswith("10,000")
+    assert page.locator("#rounds-table tbody tr").count() == 3
+    assert page.locator("#workers-table tbody tr").count() == 2
+    shot(page, "03-run-done")
+
+    # The agent browser: filter, open one agent, read its messages.
+    page.click("#agents-link")
+    page.wait_for_selector("#agents-table")
+    assert page.inner_text("#agents-total").startswith("10,000 agents")
+    page.select_option("#f-attr", "model")
+    page.select_option("#f-value", "slow")
+    page.click("#agents-form button[type=submit]")
+    page.wait_for_function("document.querySelector('#agents-total').textContent"
+                           ".startsWith('3,333')")
+    shot(page, "04-agents")
+    page.click("#agents-table tbody tr:nth-child(2) a")
+    page.wait_for_selector("#messages .round")
+    rounds = page.locator("#messages .round")
+    assert rounds.count() == 3
+    raw = page.locator("#messages pre.raw").all_inner_texts()
+    assert len(raw) == 3 and all(t.strip().isdigit() for t in raw)
+    assert "slow" in page.inner_text("#profile-table")
+    assert "winning number" in page.inner_text("#messages")
+    shot(page, "05-agent")
+    assert page.problems == []
+    assert read_summary(root / "runs" / run_id)["status"] == "completed"
+
+
+def test_stop_a_run_from_the_page(studio: tuple[StudioServer, Path], page: Any) -> None:
+    server, root = studio
+    page.goto(server.url)
+    page.wait_for_selector("#start-form")
+    run_id = start_run(page, "long.yaml")
+    page.wait_for_function("/Round [2-9] of 6/.test(document.querySelector('#round-text')"
+                           ".textContent)", timeout=30_000)
+    shot(page, "06-before-stop")
+    page.click("#stop")
+    page.wait_for_function("document.querySelector('#status').textContent == 'stopped'",
+                           timeout=30_000)
+    shot(page, "07-stopped")
+    path = root / "runs" / run_id
+    summary = read_summary(path)
+    assert summary["status"] == "stopped"
+    done = len(summary["rounds"])
+    assert 1 <= done < 6
+    assert read_table(path).num_rows == 10_000 * done  # finished rounds, whole
+    assert sorted(p.name for p in (path / "parts").iterdir()) == [
+        f"responses-r{r:05d}.parquet" for r in range(1, done + 1)]
+    page.goto(server.url)
+    page.wait_for_selector("#runs-table")
+    assert "stopped" in page.inner_text("#runs-table")
+    shot(page, "08-runs")
+    assert page.problems == []
