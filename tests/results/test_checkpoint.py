@@ -20,7 +20,7 @@ def test_round_trip_and_file_layout(tmp_path: Path) -> None:
     path = write_checkpoint(tmp_path, 3, state)
     assert path == tmp_path / "checkpoints" / "round-00003.ckpt"
     header = json.loads(path.read_bytes().split(b"\n", 1)[0])
-    assert header["format"] == "populace-checkpoint/1" and header["round"] == 3
+    assert header["format"] == "populace-checkpoint/2" and header["round"] == 3
     assert len(header["sha256"]) == 64 and header["bytes"] > 0
     assert read_checkpoint(path) == (3, state)
     assert [p.name for p in path.parent.iterdir()] == ["round-00003.ckpt"]  # no temp file left
@@ -60,3 +60,16 @@ def test_latest_skips_damaged_and_later_rounds(tmp_path: Path) -> None:
     newest.write_bytes(newest.read_bytes()[:-1])
     assert latest_checkpoint(tmp_path) == (1, "one")
     assert latest_checkpoint(tmp_path, up_to=0) is None
+
+
+def test_large_lists_are_pickled_in_slices_and_come_back_whole(tmp_path: Path) -> None:
+    from populace.results import _checkpoint
+
+    agents = [{"memory": [(i, f"answer {i}", "assistant", None)]}
+              for i in range(2 * _checkpoint.SLICE + 7)]
+    state = {"agents": agents, "last": {"round": 4}}
+    path = write_checkpoint(tmp_path, 4, state)
+    assert read_checkpoint(path) == (4, state)
+    # One pickle per slice plus the head: the writer never holds the GIL for all at once.
+    body = path.read_bytes().split(b"\n", 1)[1]
+    assert body.count(b"\x80\x05") >= 4

@@ -44,6 +44,8 @@ class WorkerActor:
 
     #: Finished single-call results kept for other workers to fetch.
     RETAIN = 200_000
+    #: Longest a poll waits before returning statistics alone (seconds).
+    STATS_INTERVAL = 0.5
 
     def __init__(self, index: int, group: str) -> None:
         self.index = index
@@ -132,9 +134,12 @@ class WorkerActor:
     async def poll(self) -> tuple[list[Update], WorkerStats]:
         """Wait for outcomes, then return all of them at once, with fresh statistics."""
         assert self.wakeup is not None and self.worker is not None
-        while not self.updates:
+        if not self.updates:
+            # Answer within STATS_INTERVAL even with nothing to report, so the central
+            # process (progress, studio) sees fresh statistics while agents wait on LLMs.
             self.wakeup.clear()
-            await self.wakeup.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wakeup.wait(), self.STATS_INTERVAL)
         updates, self.updates = self.updates, []
         for u in updates:
             if type(u) is GroupChunk:
