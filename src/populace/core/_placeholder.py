@@ -115,6 +115,17 @@ class _Awaitable:
         self._callbacks = [(f, c) for f, c in self._callbacks if f != fn]
         return before - len(self._callbacks)
 
+    def result(self) -> Any:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        if not self.done():
+            if Driving.depth:
+                yield self  # stepped by a worker's driver, which parks on us directly
+            else:
+                yield from _task_wait(self)
+        return self.result()
+
     # -- internal fast path ----------------------------------------------------------------
     def _park(self, fn: Callable[[], Any]) -> None:
         """Call ``fn()`` synchronously once done (used by workers; no loop round-trip)."""
@@ -207,12 +218,7 @@ class Placeholder(_Awaitable, Generic[T]):
         self._fire()
 
     def __await__(self) -> Generator[Any, None, T]:
-        if not self.done():
-            if Driving.depth:
-                yield self  # stepped by a worker's driver, which parks on us directly
-            else:
-                yield from _task_wait(self)
-        return self.result()
+        return super().__await__()  # typed: awaiting gives T
 
     def __reduce__(self) -> Any:
         raise TypeError(
@@ -378,12 +384,7 @@ class PlaceholderSet(_Awaitable, Generic[T]):
         self._fail(missing, [error] * len(missing))
 
     def __await__(self) -> Generator[Any, None, list[T]]:
-        if not self.done():
-            if Driving.depth:
-                yield self  # stepped by a worker's driver, which parks on us directly
-            else:
-                yield from _task_wait(self)
-        return self.result()
+        return super().__await__()  # typed: awaiting gives the list of results
 
     def __reduce__(self) -> Any:
         raise TypeError("a PlaceholderSet cannot be pickled; await it first")

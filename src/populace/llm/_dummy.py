@@ -7,13 +7,13 @@ does not block the loop and costs one shared timer per millisecond bucket, not o
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from populace.core import SharedTimers, mix64
+from populace.core import mix64
 
 from ._base import ChatMessage, Completion, ModelStats
+from ._latency import SimulatedLatency
 
 
 class DummyModel:
@@ -24,18 +24,15 @@ class DummyModel:
 
     def __init__(self, name: str = "dummy", *, latency: float = 1.0, low: int = 0,
                  high: int = 100) -> None:
-        if latency < 0:
-            raise ValueError(f"latency must be >= 0, got {latency}")
         if high < low:
             raise ValueError(f"high ({high}) must be >= low ({low})")
         self.name = name
         self.latency = latency
         self.low = low
         self.span = high - low + 1
-        self._timers: SharedTimers | None = None
+        self._latency = SimulatedLatency(latency)
         self._counter = 0
         self._requests = 0
-        self._in_flight = 0
 
     async def complete(
         self,
@@ -51,19 +48,12 @@ class DummyModel:
         if seed is None:
             self._counter += 1
             seed = self._counter
-        if self.latency > 0:
-            if self._timers is None:
-                self._timers = SharedTimers(asyncio.get_running_loop())
-            self._in_flight += 1
-            try:
-                await self._timers.sleep(self.latency)
-            finally:
-                self._in_flight -= 1
+        await self._latency.wait()
         number = self.low + mix64(seed) % self.span
         return Completion(str(number), self.name, latency_s=self.latency)
 
     def statistics(self) -> ModelStats:
-        return ModelStats(self.name, self._requests, 0, self._in_flight, 0, 0)
+        return ModelStats(self.name, self._requests, 0, self._latency.in_flight, 0, 0)
 
     async def aclose(self) -> None:
-        self._timers = None
+        self._latency.reset()

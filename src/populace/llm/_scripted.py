@@ -51,7 +51,6 @@ Noise draws come from the request ``seed`` (a hash of the messages when there is
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import re
@@ -60,9 +59,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from populace.core import SharedTimers, derive_seed, mix64, unit_float
+from populace.core import derive_seed, mix64, unit_float
 
 from ._base import ChatMessage, Completion, ModelStats
+from ._latency import SimulatedLatency
 from ._replies import extraction, is_structured, json_answer, text_of, words
 
 #: Persona steps, in the order they are looked for (first match wins within a table).
@@ -305,14 +305,11 @@ class ScriptedModel:
 
     def __init__(self, name: str = "scripted", *, latency: float = 0.0,
                  params: ScriptedParams = ScriptedParams()) -> None:
-        if latency < 0:
-            raise ValueError(f"latency must be >= 0, got {latency}")
         self.name = name
         self.latency = latency
         self.params = params
-        self._timers: SharedTimers | None = None
+        self._latency = SimulatedLatency(latency)
         self._requests = 0
-        self._in_flight = 0
         self._prompt_tokens = 0
         self._completion_tokens = 0
 
@@ -327,14 +324,7 @@ class ScriptedModel:
         response_format: dict[str, Any] | None = None,
     ) -> Completion:
         self._requests += 1
-        if self.latency > 0:
-            if self._timers is None:
-                self._timers = SharedTimers(asyncio.get_running_loop())
-            self._in_flight += 1
-            try:
-                await self._timers.sleep(self.latency)
-            finally:
-                self._in_flight -= 1
+        await self._latency.wait()
         text = scripted_reply(messages, seed=seed, temperature=temperature,
                               response_format=response_format, params=self.params)
         if max_tokens is not None and words(text) > max_tokens:
@@ -347,8 +337,8 @@ class ScriptedModel:
                           latency_s=self.latency)
 
     def statistics(self) -> ModelStats:
-        return ModelStats(self.name, self._requests, 0, self._in_flight, self._prompt_tokens,
-                          self._completion_tokens)
+        return ModelStats(self.name, self._requests, 0, self._latency.in_flight,
+                          self._prompt_tokens, self._completion_tokens)
 
     async def aclose(self) -> None:
-        self._timers = None
+        self._latency.reset()
