@@ -22,6 +22,10 @@ class DummyModel:
     Without a seed, answers come from an internal counter (still reproducible per client).
     """
 
+    #: The answer ignores the messages: callers may skip building them (a million agents
+    #: assembling conversations nobody reads was most of a dummy round's cost).
+    reads_prompt = False
+
     def __init__(self, name: str = "dummy", *, latency: float = 1.0, low: int = 0,
                  high: int = 100) -> None:
         if high < low:

@@ -101,8 +101,11 @@ class Participant(Agent):
         seed = seed_for(meta.get("seed", rules.seed), self.id)
         structured = self.protocol == "structured"
         started = time.perf_counter()
+        # A model that ignores prompts (the dummy) is not handed one to ignore.
+        messages = self.conversation(msg.content) if getattr(self.model, "reads_prompt", True) \
+            else ()
         answer = await self.model.complete(
-            self.conversation(msg.content), temperature=rules.temperature, seed=seed,
+            messages, temperature=rules.temperature, seed=seed,
             max_tokens=rules.max_tokens, response_format=RESPONSE_SCHEMA if structured else None,
         )
         ptok, ctok, retries, calls = (answer.prompt_tokens, answer.completion_tokens,
