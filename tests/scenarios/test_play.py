@@ -457,14 +457,14 @@ async def test_feedback_reaches_every_memory(
     rounds = read_summary(path)["rounds"]
     raw = raw_by_agent(read_table(path))
     assert sorted(p.id for p in recorded_participants) == list(range(50))
+    assert len(raw[0]) == 3
     for p in recorded_participants:
         memory = list(p.memory)
-        # Each round: the agent's own answer, then the moderator's result.
-        assert [m.content for m in memory] == [
-            x for r in range(3) for x in (raw[p.id][r], result_message(rounds[r]))]
-        assert [(m.sender, m.role) for m in memory] == [
-            (p.id, "assistant"), ("moderator", "system")] * 3
-        assert [m.metadata for m in memory[1::2]] == [{"round": 1}, {"round": 2}, {"round": 3}]
+        # The dummy model reads no prompt, so participants keep no answers of their own for
+        # conversations that are never built: only the moderator's result of each round.
+        assert [m.content for m in memory] == [result_message(rounds[r]) for r in range(3)]
+        assert [(m.sender, m.role) for m in memory] == [("moderator", "system")] * 3
+        assert [m.metadata for m in memory] == [{"round": 1}, {"round": 2}, {"round": 3}]
 
 
 async def test_no_feedback_no_results_in_memory(

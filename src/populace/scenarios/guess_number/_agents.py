@@ -101,9 +101,10 @@ class Participant(Agent):
         seed = seed_for(meta.get("seed", rules.seed), self.id)
         structured = self.protocol == "structured"
         started = time.perf_counter()
-        # A model that ignores prompts (the dummy) is not handed one to ignore.
-        messages = self.conversation(msg.content) if getattr(self.model, "reads_prompt", True) \
-            else ()
+        # A model that ignores prompts (the dummy) is not handed one to ignore, and nothing
+        # is remembered for conversations that will never be built.
+        reads = getattr(self.model, "reads_prompt", True)
+        messages = self.conversation(msg.content) if reads else ()
         answer = await self.model.complete(
             messages, temperature=rules.temperature, seed=seed,
             max_tokens=rules.max_tokens, response_format=RESPONSE_SCHEMA if structured else None,
@@ -128,7 +129,7 @@ class Participant(Agent):
             number = _structured_number(answer.text, rules.low, rules.high)
         else:
             number = parse_number(answer.text, rules.low, rules.high)
-        if rules.memory_rounds:
+        if rules.memory_rounds and reads:
             self.memory.add(Msg(self.id, answer.text, role="assistant"))
         guess = Guess(number, answer.text, extract_raw, time.perf_counter() - started,
                       ptok, ctok, calls, retries)
