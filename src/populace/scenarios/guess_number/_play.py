@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 from collections.abc import Sequence
@@ -16,10 +17,11 @@ import pyarrow.compute as pc
 
 from populace.core import ConfigError, Msg, PerWorker, Simulation, WorkerLost, derive_seed, wait
 from populace.llm import ModelSet, preflight
-from populace.population import generate_backgrounds, sample_population
+from populace.population import diversity_report, generate_backgrounds, sample_population
 from populace.results import (
     RunDirectory,
     RunMonitor,
+    atomic_write,
     latest_checkpoint,
     read_summary,
     write_checkpoint,
@@ -336,6 +338,13 @@ async def play(
     if run_dir is not None:
         run_dir.write_config(config.resolved())
         run_dir.write_profiles(profiles)
+        if config.population is not None:
+            written_bg = (profiles.select(["agent_id", "background"])
+                          if "background" in profiles.column_names else None)
+            report = diversity_report(profiles, config.population, written_bg,
+                                      seed=config.seed)
+            atomic_write(run_dir.path / "diversity.json",
+                         (json.dumps(report, indent=2, default=str) + "\n").encode())
     try:
         async with Simulation(workers=config.workers, backend=config.backend,
                               seed=config.seed, **config.backend_options()) as sim:
