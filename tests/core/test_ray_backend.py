@@ -162,3 +162,16 @@ def test_numpy_ids_round_trip(cluster: Cluster) -> None:
             return [m.sender for m in await picked.broadcast(Msg("m", "x"))]
 
     assert asyncio.run(main()) == [5, 0, 3]
+
+
+async def test_colocated_groups_share_a_worker_process(cluster: Cluster) -> None:
+    labels = np.arange(40) % 4
+    async with Simulation(workers=2, backend="ray") as sim:
+        group = await sim.create(Sleeper, 40, colocate=labels,
+                                 init={"timers": PerWorker(_timers)})
+        pids = np.array(await group.map(Sleeper.pid))
+        for g in range(4):
+            assert len(set(pids[labels == g])) == 1
+        assert len(set(pids)) == 2
+        answers = await group.broadcast(Msg("m", "x"))
+        assert [m.sender for m in answers] == list(range(40))

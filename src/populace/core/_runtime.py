@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -67,6 +68,19 @@ def _columns(profiles: Any, n: int) -> dict[str, Sequence[Any]] | None:
     return out
 
 
+def _consecutive(values: np.ndarray) -> bool:
+    return int(values[-1]) - int(values[0]) + 1 == values.size and (
+        values.size == 1 or bool(np.all(np.diff(values) == 1)))
+
+
+def _take(columns: dict[str, Sequence[Any]] | None, rows: np.ndarray
+          ) -> dict[str, list[Any]] | None:
+    if columns is None:
+        return None
+    return {k: (c[rows].tolist() if isinstance(c, np.ndarray) else [c[int(i)] for i in rows])
+            for k, c in columns.items()}
+
+
 def _slice(columns: dict[str, Sequence[Any]] | None, a: int, b: int) -> dict[str, list[Any]] | None:
     if columns is None:
         return None
@@ -102,11 +116,12 @@ class Simulation:
         self._timers: dict[int, asyncio.TimerHandle] = {}
         # Agent placement: sorted blocks of consecutive ids living in one worker.
         self._next_id = 0
-        self._block_start: list[int] = []
-        self._block_worker: list[int] = []
-        self._block_local: list[int] = []
-        self._block_cls: list[type] = []
-        self._block_sizes: list[int] = []
+        # Placement of every agent id: its worker and its index there (two int arrays, not an
+        # object per agent), plus the class of each create() call's span of ids.
+        self._worker_of = np.empty(0, dtype=np.int32)
+        self._local_of = np.empty(0, dtype=np.int64)
+        self._span_start: list[int] = []
+        self._span_cls: list[type] = []
         self._per_worker = [0] * workers
         self._restore_gc: Callable[[], None] | None = None
 
@@ -203,13 +218,16 @@ class Simulation:
         profiles: Any = None,
         init: Mapping[str, Any] | None = None,
         name: str | None = None,
+        colocate: Sequence[Any] | np.ndarray | None = None,
     ) -> AgentGroup:
         """Create ``n`` agents of ``cls`` spread evenly over the workers.
 
         ``profiles`` gives per-agent attributes as columns (a mapping of equal-length
         sequences, or an Arrow table); each agent sees its row as ``agent.profile``.
         ``init`` holds keyword arguments for ``cls.__init__``; wrap per-worker resources in
-        :class:`PerWorker`.
+        :class:`PerWorker`. ``colocate`` gives a label per agent: agents with the same label
+        share a worker, so a group's traffic stays inside one process (groups are spread to
+        balance the load).
         """
         self._require_running()
         if not (isinstance(cls, type) and issubclass(cls, Agent)):
@@ -219,64 +237,77 @@ class Simulation:
         columns = _columns(profiles, n)
         init = dict(init or {})
         first_id = self._next_id
-        # The extra agents of an uneven split go to the least-loaded workers.
-        order = sorted(range(self._n_workers), key=lambda w: (self._per_worker[w], w))
-        base, extra = divmod(n, self._n_workers)
-        sizes = {w: base + (1 if rank < extra else 0) for rank, w in enumerate(order)}
-        offset = 0
+        member_worker = self._place(n, colocate)
+        local_of = np.empty(n, dtype=np.int64)
         for w in range(self._n_workers):
-            size = sizes[w]
-            if size == 0:
+            members = np.flatnonzero(member_worker == w)
+            if members.size == 0:
                 continue
-            ids = range(first_id + offset, first_id + offset + size)
-            local = await self._backend.create(w, cls, ids, _slice(columns, offset, offset + size),
-                                               init)
-            self._block_start.append(ids.start)
-            self._block_worker.append(w)
-            self._block_local.append(local)
-            self._block_cls.append(cls)
-            self._block_sizes.append(size)
-            self._per_worker[w] += size
-            offset += size
+            lo, hi = int(members[0]), int(members[-1])
+            if hi - lo + 1 == members.size:  # contiguous: ranges travel and slice cheaply
+                ids: Sequence[int] = range(first_id + lo, first_id + hi + 1)
+                cols = _slice(columns, lo, hi + 1)
+            else:
+                ids = (members + first_id).tolist()
+                cols = _take(columns, members)
+            local = await self._backend.create(w, cls, ids, cols, init)
+            local_of[members] = np.arange(local, local + members.size)
+            self._per_worker[w] += int(members.size)
+        self._worker_of = np.concatenate([self._worker_of, member_worker.astype(np.int32)])
+        self._local_of = np.concatenate([self._local_of, local_of])
+        self._span_start.append(first_id)
+        self._span_cls.append(cls)
         self._next_id += n
         ids_arr = np.arange(first_id, first_id + n, dtype=np.int64)
         return AgentGroup(self, cls, ids_arr, name or cls.__name__)
+
+    def _place(self, n: int, colocate: Sequence[Any] | np.ndarray | None) -> np.ndarray:
+        """The worker of each of ``n`` new agents."""
+        order = sorted(range(self._n_workers), key=lambda w: (self._per_worker[w], w))
+        if colocate is None:
+            # Contiguous blocks; the extras of an uneven split go to the least-loaded workers.
+            base, extra = divmod(n, self._n_workers)
+            sizes = [0] * self._n_workers
+            for rank, w in enumerate(order):
+                sizes[w] = base + (1 if rank < extra else 0)
+            return np.repeat(np.arange(self._n_workers), sizes)
+        labels = np.asarray(colocate)
+        if labels.shape != (n,):
+            got = labels.shape[0] if labels.ndim else 0
+            raise ValueError(f"colocate needs one label per agent: got {got} for {n} agents")
+        _, group_of, counts = np.unique(labels, return_inverse=True, return_counts=True)
+        load = np.array(self._per_worker, dtype=np.int64)
+        group_worker = np.empty(len(counts), dtype=np.int64)
+        for g in np.argsort(-counts, kind="stable"):  # largest group to the lightest worker
+            w = int(np.argmin(load))
+            group_worker[g] = w
+            load[w] += counts[g]
+        return group_worker[group_of]
 
     def handle(self, agent_id: int) -> AgentHandle:
         """A handle to the agent with global id ``agent_id``."""
         if not 0 <= agent_id < self._next_id:
             raise IndexError(f"no agent with id {agent_id} (ids are 0..{self._next_id - 1})")
-        b = int(np.searchsorted(self._block_start, agent_id, side="right")) - 1
-        local = self._block_local[b] + agent_id - self._block_start[b]
-        return AgentHandle(self, agent_id, self._block_worker[b], local, self._block_cls[b])
+        span = bisect.bisect_right(self._span_start, agent_id) - 1
+        return AgentHandle(self, agent_id, int(self._worker_of[agent_id]),
+                           int(self._local_of[agent_id]), self._span_cls[span])
 
     def _partition(self, ids: np.ndarray) -> list[tuple[int, list[int] | range, Positions]]:
         """Split member ids into ``(worker, local indices, member positions)`` parts."""
-        n = len(ids)
-        if n == 0:
+        if len(ids) == 0:
             return []
-        starts = np.asarray(self._block_start, dtype=np.int64)
-        ends = np.append(starts[1:], self._next_id)
-        lo, hi = int(ids[0]), int(ids[-1])
-        if hi - lo + 1 == n and (n == 1 or bool(np.all(np.diff(ids) == 1))):
-            parts: list[tuple[int, list[int] | range, Positions]] = []
-            first = int(np.searchsorted(starts, lo, side="right")) - 1
-            for b in range(first, len(starts)):
-                a, z = max(lo, int(starts[b])), min(hi + 1, int(ends[b]))
-                if a >= z:
-                    break
-                local0 = self._block_local[b] + a - int(starts[b])
-                parts.append((self._block_worker[b], range(local0, local0 + z - a),
-                              range(a - lo, z - lo)))
-            return parts
-        blocks = np.searchsorted(starts, ids, side="right") - 1
-        workers = np.asarray(self._block_worker)[blocks]
-        locals_ = np.asarray(self._block_local)[blocks] + ids - starts[blocks]
-        out: list[tuple[int, list[int] | range, Positions]] = []
+        workers = self._worker_of[ids]
+        locals_ = self._local_of[ids]
+        parts: list[tuple[int, list[int] | range, Positions]] = []
         for w in np.unique(workers):
             pos = np.flatnonzero(workers == w)
-            out.append((int(w), locals_[pos].tolist(), pos))
-        return out
+            loc = locals_[pos]
+            if _consecutive(pos) and _consecutive(loc):
+                parts.append((int(w), range(int(loc[0]), int(loc[-1]) + 1),
+                              range(int(pos[0]), int(pos[-1]) + 1)))
+            else:
+                parts.append((int(w), loc.tolist(), pos))
+        return parts
 
     # -- calls -------------------------------------------------------------------------------
     def _enqueue(self, worker: int, req: Request) -> None:
@@ -390,9 +421,16 @@ class Simulation:
         return pset
 
     def _held_by(self, worker: int) -> str:
-        spans = [f"{start}-{start + n - 1}" for start, w, n in zip(
-            self._block_start, self._block_worker, self._block_sizes, strict=True) if w == worker]
-        return ", ".join(spans) or "none"
+        """The agent ids on ``worker`` as ranges: ``0-499, 1000-1499``."""
+        ids = np.flatnonzero(self._worker_of == worker)
+        if ids.size == 0:
+            return "none"
+        breaks = np.flatnonzero(np.diff(ids) != 1)
+        starts = np.concatenate([[ids[0]], ids[breaks + 1]])
+        ends = np.concatenate([ids[breaks], [ids[-1]]])
+        runs = [f"{a}-{b}" if a != b else f"{a}" for a, b in zip(starts, ends, strict=True)]
+        more = f" (+{len(runs) - 5} more ranges)" if len(runs) > 5 else ""
+        return ", ".join(runs[:5]) + more
 
     def _worker_gone(self, worker: int, error: BaseException) -> None:
         """Fail every call pending on a dead worker, naming the agents it held."""

@@ -351,6 +351,7 @@ async def play(
             t0 = time.perf_counter()
             players = await sim.create(
                 Participant, n, name="participants",
+                colocate=groups if game.colocate_groups else None,
                 profiles=(profiles.select(["model", *attributes])
                           if len(in_use) > 1 or attributes else None),
                 init={"models": PerWorker(
