@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import subprocess
@@ -96,6 +97,47 @@ async def _sdk(url: str, n: int, concurrency: int) -> Result:
         await client.close()
 
 
+def _raw_payload(i: int) -> bytes:
+    return json.dumps({"model": "dummy", "messages": MESSAGES, "seed": i,
+                       "temperature": 1.0}).encode()
+
+
+async def _raw_httpx(url: str, n: int, concurrency: int) -> Result:
+    """The bare transport the SDK sits on: one httpx.AsyncClient, no retries, no models."""
+    import httpx
+
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    client = httpx.AsyncClient(base_url=url, limits=limits, timeout=30)
+
+    async def call(i: int) -> str:
+        resp = await client.post("/chat/completions", content=_raw_payload(i),
+                                 headers={"content-type": "application/json"})
+        return str(resp.json()["choices"][0]["message"]["content"])
+
+    try:
+        return await _measure(f"raw httpx {httpx.__version__}", call, n, concurrency)
+    finally:
+        await client.aclose()
+
+
+async def _raw_aiohttp(url: str, n: int, concurrency: int) -> Result:
+    """The bare transport OpenAIModel sits on: one aiohttp session, no pool, no retries."""
+    import aiohttp
+
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency))
+
+    async def call(i: int) -> str:
+        async with session.post(f"{url}/chat/completions", data=_raw_payload(i),
+                                headers={"content-type": "application/json"}) as resp:
+            body = json.loads(await resp.read())
+        return str(body["choices"][0]["message"]["content"])
+
+    try:
+        return await _measure(f"raw aiohttp {aiohttp.__version__}", call, n, concurrency)
+    finally:
+        await session.close()
+
+
 def _serve() -> None:
     """Subprocess mode: serve with zero latency, print the base URL, stop when stdin closes."""
     from populace.llm import ServerOptions, running_server
@@ -129,7 +171,7 @@ def main() -> None:
             raise SystemExit(f"server did not start (got {url!r})")
         results: dict[str, list[Result]] = {}
         for _ in range(args.rounds):
-            for bench in (_populace, _sdk):
+            for bench in (_populace, _sdk, _raw_httpx, _raw_aiohttp):
                 r = asyncio.run(bench(url, args.requests, args.concurrency))
                 results.setdefault(r.client, []).append(r)
     finally:
@@ -147,7 +189,7 @@ def main() -> None:
         cpu = statistics.median(r.cpu_us for r in rs)
         summary[name] = (rps, cpu)
         print(f"{name:<40} {rps:>9.0f} {cpu:>11.0f}")
-    (ours_rps, ours_cpu), (sdk_rps, sdk_cpu) = summary.values()
+    (ours_rps, ours_cpu), (sdk_rps, sdk_cpu) = list(summary.values())[:2]
     print(f"\nOpenAIModel vs SDK: {ours_rps / sdk_rps:.2f}x requests/s, "
           f"{sdk_cpu / ours_cpu:.2f}x less client CPU per request (medians)")
 

@@ -347,3 +347,14 @@ async def test_round_two_remembers_round_one(
                 {"role": "user", "content": result_message(first)},
                 prompt,
             ]
+
+
+async def test_cost_is_reported_per_model_and_round_when_prices_are_set(tmp_path: Path) -> None:
+    async with running_server(ServerOptions(policy="reasoning")) as url:
+        config = make_config({"llm": llm([url], price_per_million=[2.0, 10.0])}, agents=20,
+                             rounds=1)
+        path = await run_into(tmp_path, config)
+    usage = read_summary(path)["rounds"][0]["usage"]["llm"]
+    assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
+    expected = (usage["prompt_tokens"] * 2.0 + usage["completion_tokens"] * 10.0) / 1e6
+    assert usage["cost"] == pytest.approx(expected, abs=1e-6)

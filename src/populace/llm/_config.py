@@ -62,6 +62,9 @@ class OpenAIConfig(_Strict):
     cooldown: float = Field(10.0, ge=0, description="seconds an ejected endpoint rests")
     max_backoff: float = Field(8.0, ge=0, description="longest wait between two attempts, "
                                "seconds (the wait doubles from 0.25 s after each failure)")
+    price_per_million: tuple[float, float] | None = Field(
+        None, description="[prompt, completion] price per million tokens: summaries then "
+        "report the cost")
 
     @field_validator("base_urls")
     @classmethod

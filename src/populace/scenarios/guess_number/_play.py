@@ -169,20 +169,25 @@ def _live(values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
     return numbers, np.fromiter((g.latency_s for g in guesses), np.float64, len(guesses))
 
 
-def _usage(table: pa.Table) -> dict[str, dict[str, int]]:
-    """LLM calls, retries and tokens of one round, per model."""
+def _usage(table: pa.Table, config: RunConfig) -> dict[str, dict[str, Any]]:
+    """LLM calls, retries, tokens and (where prices are set) cost of one round, per model."""
     grouped = table.group_by("model").aggregate([
         ("calls", "sum"), ("retries", "sum"), ("prompt_tokens", "sum"),
         ("completion_tokens", "sum"), ("agent_id", "count"),
     ])
-    out: dict[str, dict[str, int]] = {}
+    out: dict[str, dict[str, Any]] = {}
     for row in grouped.to_pylist():
-        out[row["model"]] = {
+        entry: dict[str, Any] = {
             "agents": int(row["agent_id_count"]), "calls": int(row["calls_sum"] or 0),
             "retries": int(row["retries_sum"] or 0),
             "prompt_tokens": int(row["prompt_tokens_sum"] or 0),
             "completion_tokens": int(row["completion_tokens_sum"] or 0),
         }
+        out[row["model"]] = entry
+        prices = getattr(config.models[row["model"]], "price_per_million", None)
+        if prices is not None:
+            entry["cost"] = round((entry["prompt_tokens"] * prices[0]
+                                   + entry["completion_tokens"] * prices[1]) / 1e6, 6)
     return out
 
 
@@ -415,7 +420,7 @@ async def play(
                 timings.round_cpu_s.append(time.process_time() - cpu_round)
                 entry = {k: _clean(v) for k, v in last.as_dict().items()}
                 entry["wall_s"] = round(wall, 4)
-                entry["usage"] = _usage(table)
+                entry["usage"] = _usage(table, config)
                 if scores is not None:
                     entry["winner_group"] = scores.winner_group
                     entry["group_mean"] = _clean(scores.mean)
