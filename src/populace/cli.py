@@ -23,7 +23,7 @@ from rich.table import Table
 
 from populace._procmem import PeakMemory
 from populace.config import load_config, read_yaml, validate
-from populace.core import ConfigError, PopulaceError, WorkerLost
+from populace.core import ConfigError, ModelError, PopulaceError, WorkerLost
 from populace.results import RunDirectory
 from populace.scenarios.guess_number import RoundOutcome, RunConfig, Timings, play
 
@@ -270,6 +270,10 @@ def run(
                 err.print(f"[yellow]warning:[/yellow] {_line(e)}; restarting the workers from "
                           "the last checkpoint", soft_wrap=True)
                 resuming = True
+    except ModelError as e:  # game.on_model_error: stop
+        reporter.progress.stop()
+        raise _Fail(f"{e}; finished rounds are in {run_dir.path}; once the model answers "
+                    f"again, continue with: populace run --resume {run_dir.path}", 1) from None
     except (KeyboardInterrupt, _Terminated) as e:
         reporter.progress.stop()
         code = EXIT_TERMINATED if isinstance(e, _Terminated) else EXIT_INTERRUPTED

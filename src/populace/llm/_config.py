@@ -62,6 +62,9 @@ class OpenAIConfig(_Strict):
     cooldown: float = Field(10.0, ge=0, description="seconds an ejected endpoint rests")
     max_backoff: float = Field(8.0, ge=0, description="longest wait between two attempts, "
                                "seconds (the wait doubles from 0.25 s after each failure)")
+    retry_deadline: float | None = Field(
+        None, gt=0, description="keep retrying a call until this many seconds after its "
+        "first attempt (then max_retries is not used): rides out a server restart")
     price_per_million: tuple[float, float] | None = Field(
         None, description="[prompt, completion] price per million tokens: summaries then "
         "report the cost")
@@ -138,5 +141,6 @@ def build_model(name: str, config: DummyConfig | OpenAIConfig | ScriptedConfig) 
             eject_after=config.eject_after,
             cooldown=config.cooldown,
             max_backoff=config.max_backoff,
+            retry_deadline=config.retry_deadline,
         )
     raise TypeError(f"unknown model config {type(config).__name__}")

@@ -120,6 +120,7 @@ class OpenAIModel:
         backoff: float = 0.25,
         max_backoff: float = 8.0,
         max_retry_after: float = 30.0,
+        retry_deadline: float | None = None,
     ) -> None:
         if isinstance(base_urls, str):
             base_urls = [base_urls]
@@ -143,6 +144,9 @@ class OpenAIModel:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.max_retry_after = max_retry_after
+        # With a deadline a call keeps retrying until then, however many attempts it takes:
+        # a server that restarts within the deadline loses no answers.
+        self.retry_deadline = retry_deadline
         self._pool = EndpointPool(urls, max_concurrency=max_concurrency,
                                   eject_after=eject_after, cooldown=cooldown)
         self._chat_urls = [u + "/chat/completions" for u in urls]
@@ -252,14 +256,18 @@ class OpenAIModel:
                 text, usage = await task
             except _Failure as failure:
                 pool.release(lease, ok=False, strike=failure.strike)
-                if not failure.retryable or attempt >= self.max_retries:
+                delay = self._delay(attempt, failure.delay)
+                if self.retry_deadline is not None:
+                    out_of_time = loop.time() + delay - start > self.retry_deadline
+                else:
+                    out_of_time = attempt >= self.max_retries
+                if not failure.retryable or out_of_time:
                     self._failures += 1
                     tries = f"{attempt + 1} attempt{'s' if attempt else ''}"
                     raise ModelError(
                         f"model {self.name!r}: {failure.cause} from {lease.url} "
                         f"(after {tries})"
                     ) from failure.__cause__
-                delay = self._delay(attempt, failure.delay)
                 attempt += 1
                 self._retries += 1
                 await asyncio.sleep(delay)

@@ -90,6 +90,9 @@ class GameConfig(_Strict):
     temperature: float | None = Field(None, ge=0, le=2)
     max_tokens: int | None = Field(None, ge=1, description="cap on each answer's tokens")
     groups: int = Field(1, ge=1, description="number of groups agents are dealt into")
+    on_model_error: Literal["continue", "stop"] = Field(
+        "continue", description="when a participant gets no answer after every retry: "
+        "continue (its row is invalid, with the reason) or stop the run, resumable later")
     colocate_groups: bool = Field(False, description="place each group's members on one "
                                   "worker, so a group's traffic stays inside one process")
     group_play: bool = Field(False, description="group-level play: each group reports the "

@@ -15,7 +15,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from populace.core import ConfigError, Msg, PerWorker, Simulation, WorkerLost, derive_seed, wait
+from populace.core import (
+    ConfigError,
+    ModelError,
+    Msg,
+    PerWorker,
+    Simulation,
+    WorkerLost,
+    derive_seed,
+    wait,
+)
 from populace.llm import ModelSet, preflight
 from populace.population import diversity_report, generate_backgrounds, sample_population
 from populace.results import (
@@ -398,6 +407,12 @@ async def play(
                 lost = next((r for r in results if isinstance(r, WorkerLost)), None)
                 if lost is not None:  # never write a round with holes: resume replays it
                     raise lost
+                if game.on_model_error == "stop":
+                    failed = [r for r in results if isinstance(r, ModelError)]
+                    if failed:
+                        raise ModelError(
+                            f"round {round_no}: {len(failed)} participant(s) got no answer "
+                            f"(first: {failed[0]}); stopped as game.on_model_error is 'stop'")
                 table = _table(round_no, ids, groups, models, results)
                 numbers = table.column("number").to_numpy(zero_copy_only=False)
                 last = score_round(round_no, numbers, game.ratio, game.offset)

@@ -1,0 +1,56 @@
+"""What a run does when the LLM stays down: ride it out to a deadline, or stop resumably."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from populace.core import ModelError
+from populace.llm import ServerOptions, running_server
+from populace.results import RunDirectory, read_summary, read_table
+from populace.scenarios.guess_number import RunConfig, play
+
+
+def config(url: str, **game: Any) -> RunConfig:
+    return RunConfig.model_validate({
+        "name": "policy", "agents": 30, "rounds": 2, "workers": 2, "seed": 3,
+        "models": {"m": {"provider": "openai", "model": "dummy", "base_urls": [url],
+                         "timeout": 5, "max_retries": 1, "max_backoff": 0.2,
+                         **game.pop("model_options", {})}},
+        "game": game,
+    })
+
+
+async def test_a_retry_deadline_rides_out_an_outage(tmp_path: Path) -> None:
+    outage = ServerOptions(outage=(0.0, 1.5), retry_after=0.2)
+    async with running_server(outage) as url:
+        run = RunDirectory.create(tmp_path / "deadline")
+        await play(config(url, model_options={"retry_deadline": 20}), run)
+    table = read_table(run.path)
+    assert table.num_rows == 60 and all(table.column("valid").to_pylist())
+    assert sum(table.column("retries").to_pylist()) > 0
+
+    # The same outage with two attempts and no deadline loses answers (marked invalid).
+    async with running_server(outage) as url:
+        run = RunDirectory.create(tmp_path / "no-deadline")
+        await play(config(url), run)
+    errors = [e for e in read_table(run.path).column("error").to_pylist() if e]
+    assert errors and all(e.startswith("ModelError") for e in errors)
+
+
+async def test_stop_policy_stops_resumably_then_resume_finishes(tmp_path: Path) -> None:
+    run = RunDirectory.create(tmp_path / "stop")
+    async with running_server(ServerOptions(rate_500=1.0)) as url:
+        with pytest.raises(ModelError, match="on_model_error is 'stop'"):
+            await play(config(url, on_model_error="stop", model_options={"max_retries": 0}),
+                       run)
+    assert read_summary(run.path)["status"] == "failed"
+    assert not list((run.path / "parts").glob("*.parquet"))  # no round with holes
+
+    async with running_server(ServerOptions()) as url:  # the server is back
+        summary = await play(config(url, on_model_error="stop"), run, resume=True)
+    assert summary["status"] == "completed"
+    table = read_table(run.path)
+    assert table.num_rows == 60 and all(table.column("valid").to_pylist())
