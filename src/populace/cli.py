@@ -181,6 +181,13 @@ def _run_file_scenario(config: Path, overrides: dict[str, Any], out_dir: Path | 
               soft_wrap=True)
 
 
+def _models_text(cfg: RunConfig) -> str:
+    """``model qwen``, or ``models qwen (2/3), llama (1/3)`` when they are mixed."""
+    if cfg.assign is None:
+        return f"model {cfg.model_name}"
+    return "models " + ", ".join(f"{name} ({share})" for name, share in cfg.assign.items())
+
+
 def _summary_table(summary: dict[str, Any]) -> Table:
     table = Table(title=f"{summary['name']}: {summary['agents']:,} agents, "
                         f"model {summary['model']}, {summary['status']}")
@@ -250,7 +257,7 @@ def run(
     except FileExistsError as e:
         raise _Fail(str(e), EXIT_CONFIG) from None
     out.print(f"[bold]{cfg.name}[/bold]: {cfg.agents:,} agents × {cfg.rounds} rounds on "
-              f"{cfg.workers} {cfg.backend} worker(s), model {cfg.model_name}, seed {cfg.seed}",
+              f"{cfg.workers} {cfg.backend} worker(s), {_models_text(cfg)}, seed {cfg.seed}",
               soft_wrap=True)
     reporter = RichReporter(cfg.rounds, out)
     resuming = resume is not None
@@ -549,7 +556,7 @@ def _run_sweep(config: Path, overrides: dict[str, Any], out_dir: Path | None,
     def run_point(point: Any, directory: Path) -> dict[str, Any]:
         cfg = configs[point.dirname]
         out.print(f"[bold]{point.dirname}[/bold]: {cfg.agents:,} agents × {cfg.rounds} rounds, "
-                  f"model {cfg.model_name}", soft_wrap=True)
+                  f"{_models_text(cfg)}", soft_wrap=True)
         reporter = RichReporter(cfg.rounds, out)
         try:
             return _run_until_signalled(play(
