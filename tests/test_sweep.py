@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from populace.cli import main
+from cli_helpers import run_in_process as cli
 from populace.core import ConfigError, ModelError
 from populace.results import read_summary
 from populace.sweep import SweepIndex, SweepPoint, expand, point_dirname, run_sweep
@@ -20,20 +19,6 @@ BASE: dict[str, Any] = {
     "models": {"dummy": {"provider": "dummy", "latency": 0.0}},
     "game": {"ratio": "2/3"},
 }
-
-
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-        *args: str | Path) -> tuple[int, str, str]:
-    """Run ``populace ARGS`` in this process; returns exit status, stdout, stderr."""
-    monkeypatch.setattr(sys, "argv", ["populace", *map(str, args)])
-    monkeypatch.setenv("COLUMNS", "200")
-    code = 0
-    try:
-        main()
-    except SystemExit as e:
-        code = int(e.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_the_grid_is_row_major_with_safe_directory_names() -> None:

@@ -4,7 +4,6 @@ checkpoint and the summary, recorded LLM calls answered from the recording, refu
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from populace.cli import main
+from cli_helpers import run_in_process
 from populace.llm import ServerOptions, running_server
 from populace.results import RunDirectory, read_summary, read_table
 from populace.scenarios.guess_number import RunConfig, play
@@ -158,14 +157,9 @@ async def test_replay_with_resume_never_asks_the_model(tmp_path: Path) -> None:
 # -- refusals ----------------------------------------------------------------------------------
 def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
             *args: str | Path) -> tuple[int, list[str]]:
-    monkeypatch.setattr(sys, "argv", ["populace", *map(str, args)])
-    capsys.readouterr()
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    return code, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    """Exit status and the non-empty stderr lines of ``populace ARGS``."""
+    code, _, err = run_in_process(capsys, monkeypatch, *args)
+    return code, [line for line in err.splitlines() if line.strip()]
 
 
 @pytest.mark.parametrize("change", [["--agents", "201"], ["--seed", "1"], ["--rounds", "4"]])

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from populace.cli import main
+from cli_helpers import run_in_process as cli
 from populace.results import (
     RunDirectory,
     headline,
@@ -59,19 +59,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
                              population=None,
                              models={"s": {"provider": "scripted", "invalid": 0.2}}),
         }
-
-
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-        *args: str | Path) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["populace", *map(str, args)])
-    monkeypatch.setenv("COLUMNS", "200")
-    code = 0
-    try:
-        main()
-    except SystemExit as e:
-        code = int(e.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def _images(html: str) -> list[bytes]:

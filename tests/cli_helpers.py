@@ -1,0 +1,25 @@
+"""Running the ``populace`` command in the test process (shared by several test files)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from populace.cli import main
+
+
+def run_in_process(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                   *args: str | Path) -> tuple[int, str, str]:
+    """Run ``populace ARGS`` here; returns exit status, stdout, stderr (of this call only)."""
+    monkeypatch.setattr(sys, "argv", ["populace", *map(str, args)])
+    monkeypatch.setenv("COLUMNS", "200")
+    capsys.readouterr()
+    code = 0
+    try:
+        main()
+    except SystemExit as e:
+        code = int(e.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
