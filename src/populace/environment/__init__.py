@@ -6,6 +6,8 @@
   applied in arrival order, different keys in parallel up to ``max_concurrency``;
   :class:`EnvClient` batches a worker's operations of one tick into one message; :class:`Op`
   is an operation as picklable data.
+- :func:`serve` -- the service for a simulation: a Ray actor (:class:`RemoteEnvService`, same
+  API) on the Ray backend, in-process on the local one.
 - :class:`Timeline` -- the simulated clock; :class:`Map2D` -- positions and neighbours.
 
 Errors derive from :class:`EnvError` (itself a :class:`populace.core.PopulaceError`).
@@ -16,6 +18,7 @@ from ._errors import DuplicateKeyError, EnvError, ServiceClosed, UnknownKeyError
 from ._listeners import ListenerError, Subscription
 from ._map import Map2D, MapStats, Watch
 from ._ops import Op, OpKind, Reply
+from ._remote import RemoteEnvService, serve
 from ._service import ClientStats, EnvClient, EnvService, ServiceStats
 from ._timeline import Timeline, TimeStep
 
@@ -34,6 +37,7 @@ __all__ = [
     "MapStats",
     "Op",
     "OpKind",
+    "RemoteEnvService",
     "Reply",
     "ServiceClosed",
     "ServiceStats",
@@ -42,4 +46,5 @@ __all__ = [
     "Timeline",
     "UnknownKeyError",
     "Watch",
+    "serve",
 ]

@@ -22,14 +22,15 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections import deque
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from populace.core import Placeholder, Signal
 
-from ._env import Env, EnvStats
+from ._env import Env, EnvEvent, EnvStats, EventKind
 from ._errors import ServiceClosed, UnknownKeyError
+from ._listeners import Subscription
 from ._ops import KEYLESS, EnvVerbs, Op, Reply, apply_now
 
 
@@ -307,6 +308,30 @@ class EnvService(EnvVerbs):
                 del queues[qkey]
 
     # -- lifecycle and observation -------------------------------------------------------------
+    async def monitor(self, listener: Callable[[EnvEvent], Any], key: str | None = None,
+                      prefix: str | None = None,
+                      event: EventKind | Iterable[EventKind] | None = None, *,
+                      descendants: bool = False, env: str | None = None) -> Subscription:
+        """:meth:`Env.monitor` on the served environment (or the one at path ``env``).
+
+        The same call works on a :class:`RemoteEnvService`, where the listener runs in the
+        service's process.
+        """
+        target = self._env if env is None else self._find(env)
+        return target.monitor(listener, key, prefix, event, descendants=descendants)
+
+    async def fetch_statistics(self) -> ServiceStats:
+        """:meth:`statistics`, awaitable like the remote service's."""
+        return self.statistics()
+
+    async def fetch_state(self) -> dict[str, Any]:
+        """The served tree's state (:meth:`Env.get_state`), for a checkpoint."""
+        return self._env.get_state()
+
+    async def load_state(self, state: dict[str, Any]) -> None:
+        """Restore the served tree from :meth:`fetch_state` (listeners are kept)."""
+        self._env.set_state(state)
+
     def statistics(self) -> ServiceStats:
         return ServiceStats(
             max_concurrency=self._max,
