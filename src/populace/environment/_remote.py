@@ -179,7 +179,7 @@ async def serve(env: Env, sim: Simulation | None = None, *,
     if max_concurrency < 1:
         raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
     here = ray.get_runtime_context().get_node_id()
-    actor = ray.remote(ServiceActor).options(
+    actor: Any = ray.remote(ServiceActor).options(
         num_cpus=0, max_concurrency=1000,
         scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True),
     ).remote(env.get_state(), max_concurrency)
