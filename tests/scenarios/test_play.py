@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +14,15 @@ import pyarrow.compute as pc
 import pytest
 import yaml
 
-from populace.core import ModelError, derive_seed, seed_for
-from populace.llm import ChatMessage, Completion, ModelStats
-from populace.llm import _modelset as modelset_module
+from game_helpers import (
+    ScriptedModel,
+    make_config,
+    merged_conversations,
+    merged_prompts,
+    result_message,
+    run_into,
+)
+from populace.core import ModelError
 from populace.results import RunDirectory, read_summary, read_table
 from populace.scenarios.guess_number import (
     RESPONSE_SCHEMA,
@@ -35,116 +41,10 @@ COLUMNS = ["round", "agent_id", "group", "model", "number", "valid", "raw", "ext
 ANSWER_FORMAT = " End with the sentence 'The answer is N', where N is your number."
 
 
-def make_config(**changes: Any) -> RunConfig:
-    """200 agents, 3 rounds on 2 workers, dummy model at 10 ms; ``game`` merged key by key."""
-    data: dict[str, Any] = {
-        "name": "test", "seed": 7, "agents": 200, "rounds": 3, "workers": 2,
-        "models": {"dummy": {"provider": "dummy", "latency": 0.01}},
-    }
-    game = changes.pop("game", {})
-    data.update(changes)
-    data["game"] = game
-    return RunConfig.model_validate(data)
-
-
-async def run_into(tmp_path: Path, config: RunConfig, name: str = "run") -> Path:
-    rd = RunDirectory.create(tmp_path / name)
-    await play(config, rd)
-    return rd.path
-
-
 def numbers_by_agent(table: pa.Table, round_no: int) -> list[float | None]:
     rows = table.filter(pc.equal(table.column("round"), round_no))
     order = np.argsort(rows.column("agent_id").to_numpy())
     return [rows.column("number")[int(i)].as_py() for i in order]
-
-
-# -- a model the test controls -------------------------------------------------------------------
-class ScriptedModel:
-    """Answers ``answer(agent_id, round)`` and records every request, keyed the same way.
-
-    Participants pass ``seed=seed_for(derive_seed(run seed, round), agent id)``; inverting that
-    tells the model who is asking. ``prompts`` holds the last message (the round prompt),
-    ``conversations`` every message sent.
-    """
-
-    def __init__(self, name: str, config: RunConfig,
-                 answer: Callable[[int, int], str]) -> None:
-        self.name = name
-        self._who = {seed_for(derive_seed(config.seed, r), i): (i, r)
-                     for i in range(config.agents) for r in range(1, config.rounds + 1)}
-        self._answer = answer
-        self.prompts: dict[tuple[int, int], str] = {}
-        self.conversations: dict[tuple[int, int], list[ChatMessage]] = {}
-        self.closed = False
-
-    async def complete(
-        self,
-        messages: Sequence[dict[str, str]],
-        *,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        max_tokens: int | None = None,
-        response_format: dict[str, Any] | None = None,
-    ) -> Completion:
-        assert seed is not None
-        agent, round_no = self._who[seed]
-        self.prompts[agent, round_no] = messages[-1]["content"]
-        self.conversations[agent, round_no] = [dict(m) for m in messages]
-        await asyncio.sleep(0)  # answer on a later tick, like a real model
-        text = self._answer(agent, round_no)
-        return Completion(text, self.name, prompt_tokens=len(messages[-1]["content"]),
-                          completion_tokens=len(text))
-
-    def statistics(self) -> ModelStats:
-        return ModelStats(self.name, len(self.prompts), 0, 0, 0, 0)
-
-    async def aclose(self) -> None:
-        self.closed = True
-
-
-@pytest.fixture
-def scripted(monkeypatch: pytest.MonkeyPatch) -> Callable[..., list[ScriptedModel]]:
-    """``scripted(config, answer)`` makes play() build ScriptedModels; returns those built.
-
-    play() builds one ModelSet per worker (``PerWorker(ModelSet.build, configs, ...)``), which
-    makes each client with ``build_model(name, config)``; only that last step is replaced,
-    so the set is still built, used and closed as in a real run.
-    """
-
-    def install(config: RunConfig, answer: Callable[[int, int], str]) -> list[ScriptedModel]:
-        built: list[ScriptedModel] = []
-
-        def build(name: str, _model_config: Any) -> ScriptedModel:
-            built.append(ScriptedModel(name, config, answer))
-            return built[-1]
-
-        monkeypatch.setattr(modelset_module, "build_model", build)
-        return built
-
-    return install
-
-
-def merged_prompts(models: list[ScriptedModel]) -> dict[tuple[int, int], str]:
-    out: dict[tuple[int, int], str] = {}
-    for m in models:
-        out.update(m.prompts)
-    return out
-
-
-def merged_conversations(models: list[ScriptedModel]
-                         ) -> dict[tuple[int, int], list[ChatMessage]]:
-    out: dict[tuple[int, int], list[ChatMessage]] = {}
-    for m in models:
-        out.update(m.conversations)
-    return out
-
-
-def result_message(entry: dict[str, Any]) -> str:
-    """What the moderator tells everyone after a round with a winner (summary.json entry)."""
-    return (f"Round {entry['round']} is over. The target was {entry['target']:.2f} and the "
-            f"winning number was {entry['winner_number']:g}.")
 
 
 # -- the run directory ---------------------------------------------------------------------------
@@ -451,20 +351,32 @@ def raw_by_agent(table: pa.Table) -> dict[int, list[str]]:
 
 
 async def test_feedback_reaches_every_memory(
+    tmp_path: Path, recorded_participants: list[Participant],
+    scripted: Callable[..., list[ScriptedModel]],
+) -> None:
+    config = make_config(agents=50, game={"feedback": True})
+    scripted(config, lambda agent, round_no: str(agent + round_no))
+    path = await run_into(tmp_path, config)
+    rounds = read_summary(path)["rounds"]
+    assert sorted(p.id for p in recorded_participants) == list(range(50))
+    for p in recorded_participants:
+        # Each round: the agent's own answer, then the moderator's announcement, which the
+        # agent read from the game's environment.
+        memory = list(p.memory)
+        assert [m.content for m in memory] == [
+            x for r in range(3) for x in (str(p.id + r + 1), result_message(rounds[r]))]
+        assert [(m.sender, m.role) for m in memory[1::2]] == [("moderator", "system")] * 3
+        assert [m.metadata for m in memory[1::2]] == [{"round": 1}, {"round": 2}, {"round": 3}]
+
+
+async def test_a_model_that_reads_no_prompt_remembers_nothing(
     tmp_path: Path, recorded_participants: list[Participant]
 ) -> None:
-    path = await run_into(tmp_path, make_config(agents=50, game={"feedback": True}))
-    rounds = read_summary(path)["rounds"]
-    raw = raw_by_agent(read_table(path))
-    assert sorted(p.id for p in recorded_participants) == list(range(50))
-    assert len(raw[0]) == 3
-    for p in recorded_participants:
-        memory = list(p.memory)
-        # The dummy model reads no prompt, so participants keep no answers of their own for
-        # conversations that are never built: only the moderator's result of each round.
-        assert [m.content for m in memory] == [result_message(rounds[r]) for r in range(3)]
-        assert [(m.sender, m.role) for m in memory] == [("moderator", "system")] * 3
-        assert [m.metadata for m in memory] == [{"round": 1}, {"round": 2}, {"round": 3}]
+    # The dummy model ignores prompts: no conversation is ever built, so a million dummy
+    # participants neither store answers nor read the announcements.
+    await run_into(tmp_path, make_config(agents=50, game={"feedback": True}))
+    assert len(recorded_participants) == 50
+    assert all(not list(p.memory) for p in recorded_participants)
 
 
 async def test_no_feedback_no_results_in_memory(

@@ -17,7 +17,7 @@ from ._env import Env, EnvEvent, EnvStats, EventKind
 from ._errors import DuplicateKeyError, EnvError, ServiceClosed, UnknownKeyError
 from ._listeners import ListenerError, Subscription
 from ._map import Map2D, MapStats, Watch
-from ._ops import Op, OpKind, Reply
+from ._ops import EnvVerbs, Op, OpKind, Reply
 from ._remote import RemoteEnvService, serve
 from ._service import ClientStats, EnvClient, EnvService, ServiceStats
 from ._timeline import Timeline, TimeStep
@@ -31,6 +31,7 @@ __all__ = [
     "EnvEvent",
     "EnvService",
     "EnvStats",
+    "EnvVerbs",
     "EventKind",
     "ListenerError",
     "Map2D",

@@ -64,6 +64,15 @@ class EnvStats:
     monitored: Mapping[str, Any]
     children: tuple[EnvStats, ...]
 
+    def all_monitored(self) -> dict[str, Any]:
+        """``monitored`` of this environment and every one below it, keys named by their
+        path below this one (``"group-3/report"``): what a dashboard lists."""
+        out = dict(self.monitored)
+        for child in self.children:
+            below = child.path[len(self.path) + 1:]
+            out.update({f"{below}/{k}": v for k, v in child.all_monitored().items()})
+        return out
+
 
 def check_value(value: Any) -> None:
     """Reject what is certainly not plain data: functions, coroutines, placeholders."""

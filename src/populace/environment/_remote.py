@@ -153,6 +153,13 @@ class RemoteEnvService(EnvVerbs):
             pass
 
 
+    async def __aenter__(self) -> RemoteEnvService:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__

@@ -56,6 +56,8 @@ class ClientStats:
     ops: int
     largest_batch: int
     pending: int
+    #: Reads answered by an identical read of the same batch instead of crossing the wire.
+    coalesced: int = 0
 
 
 class _Sink:
@@ -401,6 +403,7 @@ class EnvClient(EnvVerbs):
         self._n_batches = 0
         self._n_ops = 0
         self._largest = 0
+        self._n_coalesced = 0
 
     @property
     def service(self) -> EnvService:
@@ -445,21 +448,59 @@ class EnvClient(EnvVerbs):
         self._n_batches += 1
         self._n_ops += n
         self._largest = max(self._largest, n)
+        wire, where = _coalesce(batch.ops)
+        self._n_coalesced += n - len(wire)
         try:
-            placeholder = self._service.submit(batch.ops)
+            placeholder = self._service.submit(wire)
         except Exception as error:
             # One instance per op: the runtime adds a note per failing agent to the error.
             self._deliver(batch, Reply([None] * n, {i: copy.copy(error) for i in range(n)}))
             return
         if placeholder.done():
-            self._deliver(batch, placeholder.result())
+            self._deliver(batch, placeholder.result(), where)
         else:
-            placeholder.add_done_callback(lambda p: self._deliver(batch, p.result()))
+            placeholder.add_done_callback(lambda p: self._deliver(batch, p.result(), where))
 
-    def _deliver(self, batch: _Batch, reply: Reply) -> None:
+    def _deliver(self, batch: _Batch, reply: Reply, where: list[int] | None = None) -> None:
+        if where is not None:  # fan the coalesced reads back out, one error copy per op
+            values = reply.values
+            errors = reply.errors
+            reply = Reply([values[j] for j in where],
+                          {i: copy.copy(errors[j]) for i, j in enumerate(where) if j in errors}
+                          if errors else {})
         batch.reply = reply
         batch.signal.fire()
 
     def statistics(self) -> ClientStats:
         pending = len(self._batch.ops) if self._batch is not None else 0
-        return ClientStats(self._n_batches, self._n_ops, self._largest, pending)
+        return ClientStats(self._n_batches, self._n_ops, self._largest, pending,
+                           self._n_coalesced)
+
+
+def _coalesce(ops: list[Op]) -> tuple[list[Op], list[int] | None]:
+    """The ops to send, and where each op's result is among theirs (None: one each).
+
+    Identical reads with no other operation between them travel once: a worker's agents
+    reading the same announcement in one tick cost the service one read. Any other op ends
+    the run, since it may change what a later read sees.
+    """
+    seen: dict[tuple[str, str | None], int] = {}
+    wire: list[Op] = []
+    where: list[int] = []
+    repeated = False
+    for op in ops:
+        if op.kind == "query":
+            name = (op.key, op.env)
+            j = seen.get(name)
+            if j is None:
+                j = seen[name] = len(wire)
+                wire.append(op)
+            else:
+                repeated = True
+        else:
+            if seen:
+                seen = {}
+            j = len(wire)
+            wire.append(op)
+        where.append(j)
+    return (wire, where) if repeated else (ops, None)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from populace.core import Agent, Msg, Profile, seed_for
+from populace.environment import EnvVerbs, Op
 from populace.llm import ChatMessage, ModelClient
 
 from ._prompts import (
@@ -19,6 +21,7 @@ from ._prompts import (
     persona,
 )
 from ._rules import parse_number
+from ._world import group_path
 
 
 @dataclass(slots=True)
@@ -56,16 +59,22 @@ class Participant(Agent):
     only one in ``models``.
     """
 
-    __slots__ = ("model", "protocol", "rules")
+    __slots__ = ("env", "model", "place", "protocol", "rules")
 
     def __init__(self, id: int, profile: Profile | None = None, *,
-                 models: Mapping[str, ModelClient], rules: Rules) -> None:
+                 models: Mapping[str, ModelClient], rules: Rules,
+                 env: EnvVerbs | None = None) -> None:
         super().__init__(id, profile)
         name = profile["model"] if profile is not None and "model" in profile \
             else next(iter(models))
         self.model = models[name]
         self.protocol = (rules.protocols or {}).get(name, "direct")
         self.rules = rules
+        self.env = env
+        # Where I read the game's news: my group's environment in group play (so I see my
+        # group's report and, falling through, the global announcement), else the global one.
+        self.place = group_path(profile["group"]) \
+            if profile is not None and "group" in profile else None
 
     @property
     def memory_size(self) -> int:  # type: ignore[override]
@@ -134,6 +143,29 @@ class Participant(Agent):
         guess = Guess(number, answer.text, extract_raw, time.perf_counter() - started,
                       ptok, ctok, calls, retries)
         return Msg(self.id, guess, role="assistant")
+
+
+    def hear(self, round_no: int) -> Coroutine[Any, Any, None] | None:
+        """Learn how round ``round_no`` ended, from the game's environment.
+
+        Nothing is read when nothing would be remembered (no memory, or a model that does
+        not read prompts): a million agents then cost no environment traffic.
+        """
+        if self.env is None or not self.rules.memory_rounds \
+                or not getattr(self.model, "reads_prompt", True):
+            return None
+        return self._hear(round_no)
+
+    async def _hear(self, round_no: int) -> None:
+        assert self.env is not None
+        if self.place is None:
+            text = await self.env.query("announcement")
+        else:
+            text, report = await self.env.apply([Op.query("announcement", env=self.place),
+                                                 Op.query("report", env=self.place)])
+            if report is not None:
+                text += f" Your group's number was {report:.2f}."
+        self.memory.add(Msg("moderator", text, role="system", metadata={"round": round_no}))
 
 
 def _structured_number(text: str, low: float, high: float) -> float | None:

@@ -25,6 +25,7 @@ from populace.core import (
     derive_seed,
     wait,
 )
+from populace.environment import EnvClient, serve
 from populace.llm import ModelSet, preflight
 from populace.population import diversity_report, generate_backgrounds, sample_population
 from populace.results import (
@@ -40,6 +41,7 @@ from ._agents import Guess, Participant, Rules
 from ._config import RunConfig
 from ._prompts import FAMOUS_NOTE, GROUP_NOTE, INSTRUCTIONS, composition, describe_target
 from ._rules import RoundOutcome, group_outcome, score_groups, score_round
+from ._world import build_world, monitor_world, monitored_values, publish
 
 RESPONSE_SCHEMA = pa.schema([
     ("round", pa.int32()),
@@ -247,8 +249,8 @@ def _recorded_backgrounds(run: Path, profiles: pa.Table) -> pa.Array:
 
 
 def _resume_point(run_dir: RunDirectory, summary: dict[str, Any]
-                  ) -> tuple[int, RoundOutcome | None, list[Any] | None]:
-    """Where an interrupted run continues: (first round to play, last outcome, agent states).
+                  ) -> tuple[int, RoundOutcome | None, dict[str, Any] | None]:
+    """Where an interrupted run continues: (first round to play, last outcome, checkpoint).
 
     Rounds after the newest valid checkpoint are dropped (their rows are played again), so
     no row is duplicated or missing.
@@ -274,7 +276,7 @@ def _resume_point(run_dir: RunDirectory, summary: dict[str, Any]
     if point is None:
         return 1, None, None
     state = point[1]
-    return done + 1, RoundOutcome(**state["last"]), state["agents"]
+    return done + 1, RoundOutcome(**state["last"]), state
 
 
 async def play(
@@ -340,6 +342,7 @@ async def play(
                   {name: config.protocol_for(name) for name in in_use}, game.memory_rounds,
                   attributes)
     profiles = pa.table({"agent_id": ids, "group": groups, "model": models})
+    group_ids = np.unique(groups).tolist() if game.group_play else None
     if people is not None:
         for name in people.column_names:
             if name not in ("agent_id", "group"):
@@ -361,13 +364,16 @@ async def play(
                          (json.dumps(report, indent=2, default=str) + "\n").encode())
     try:
         async with Simulation(workers=config.workers, backend=config.backend,
-                              seed=config.seed, **config.backend_options()) as sim:
+                              seed=config.seed, **config.backend_options()) as sim, \
+                await serve(build_world(group_ids), sim) as world:
             t0 = time.perf_counter()
+            await monitor_world(world, group_ids)
+            columns = [*(["model"] if len(in_use) > 1 else []),
+                       *(["group"] if game.group_play else []), *attributes]
             players = await sim.create(
                 Participant, n, name="participants",
                 colocate=groups if game.colocate_groups else None,
-                profiles=(profiles.select(["model", *attributes])
-                          if len(in_use) > 1 or attributes else None),
+                profiles=profiles.select(columns) if columns else None,
                 init={"models": PerWorker(
                     ModelSet.build, in_use,
                     record_to=run_dir.path / "llm_calls" if run_dir is not None else None,
@@ -375,10 +381,12 @@ async def play(
                                  else run_dir.path / "llm_calls" if resume and run_dir
                                  else None),
                     resume=resume and replay is None),  # --replay never asks a model
-                      "rules": rules},
+                      "rules": rules, "env": PerWorker(EnvClient, world)},
             )
             if restored is not None:
-                await players.scatter(Participant.set_state, restored)
+                await players.scatter(Participant.set_state, restored["agents"])
+                if "env" in restored:
+                    await world.load_state(restored["env"])
             timings.create_s = time.perf_counter() - t0
             if monitor is not None:
                 monitor.simulation_started(sim)
@@ -422,14 +430,10 @@ async def play(
                     last = group_outcome(last, scores)
                 if run_dir is not None:
                     run_dir.write_round("responses", round_no, table)
+                # The outcome goes to the game's environment; participants read it there.
+                await world.apply(publish(last, scores))
                 if game.feedback and last.winner_number is not None:
-                    await players.observe(Msg(
-                        "moderator",
-                        f"Round {round_no} is over. The target was {last.target:.2f} and the "
-                        f"winning number was {last.winner_number:g}"
-                        + (f" (the average of group {scores.winner_group})." if scores else "."),
-                        role="system", metadata={"round": round_no},
-                    ))
+                    await players.map(Participant.hear, round_no)
                 wall = time.perf_counter() - t_round
                 timings.round_wall_s.append(wall)
                 timings.round_cpu_s.append(time.process_time() - cpu_round)
@@ -445,10 +449,13 @@ async def play(
                 if run_dir is not None:
                     states = await players.map(Participant.get_state)
                     write_checkpoint(run_dir.path, round_no,
-                                     {"agents": states, "last": last.as_dict()})
+                                     {"agents": states, "last": last.as_dict(),
+                                      "env": await world.fetch_state()})
                     run_dir.write_summary(summary)
                 reporter.round_finished(last, wall)
                 if monitor is not None:
+                    for key, value in (await monitored_values(world)).items():
+                        monitor.set_environment(key, value)
                     monitor.round_finished(entry, sim.statistics())
         summary["status"] = "stopped" if stopped else "completed"
     except BaseException as e:
