@@ -24,6 +24,8 @@ class DummyConfig(_Strict):
 
     provider: Literal["dummy"] = "dummy"
     latency: float = Field(1.0, ge=0, description="seconds each call waits")
+    jitter: float = Field(0.0, ge=0, le=1, description="spread of the wait: each call waits "
+                          "latency × (1 ± jitter), uniform and fixed by the call's seed")
     low: int = Field(0, description="smallest number answered")
     high: int = Field(100, description="largest number answered")
 
@@ -115,7 +117,8 @@ def build_model(name: str, config: DummyConfig | OpenAIConfig | ScriptedConfig) 
     Raises :class:`~populace.core.ConfigError` when ``api_key_env`` names an unset variable.
     """
     if isinstance(config, DummyConfig):
-        return DummyModel(name, latency=config.latency, low=config.low, high=config.high)
+        return DummyModel(name, latency=config.latency, jitter=config.jitter, low=config.low,
+                          high=config.high)
     if isinstance(config, ScriptedConfig):
         return ScriptedModel(name, latency=config.latency, params=config.params())
     if isinstance(config, OpenAIConfig):

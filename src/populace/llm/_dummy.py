@@ -15,6 +15,8 @@ from populace.core import mix64
 from ._base import ChatMessage, Completion, ModelStats
 from ._latency import SimulatedLatency
 
+_JITTER = 0x5EED_1A7E
+
 
 class DummyModel:
     """Answers ``str(n)`` with ``n`` uniform in ``[low, high]``, determined by ``seed``.
@@ -26,12 +28,15 @@ class DummyModel:
     #: assembling conversations nobody reads was most of a dummy round's cost).
     reads_prompt = False
 
-    def __init__(self, name: str = "dummy", *, latency: float = 1.0, low: int = 0,
-                 high: int = 100) -> None:
+    def __init__(self, name: str = "dummy", *, latency: float = 1.0, jitter: float = 0.0,
+                 low: int = 0, high: int = 100) -> None:
         if high < low:
             raise ValueError(f"high ({high}) must be >= low ({low})")
+        if not 0 <= jitter <= 1:
+            raise ValueError(f"jitter must be within [0, 1], got {jitter}")
         self.name = name
         self.latency = latency
+        self.jitter = jitter
         self.low = low
         self.span = high - low + 1
         self._latency = SimulatedLatency(latency)
@@ -52,9 +57,12 @@ class DummyModel:
         if seed is None:
             self._counter += 1
             seed = self._counter
-        await self._latency.wait()
+        wait = self.latency
+        if self.jitter:  # from another hash of the seed than the answer's: independent
+            wait *= 1 + self.jitter * ((mix64(seed ^ _JITTER) % 2001) / 1000 - 1)
+        await self._latency.wait(wait)
         number = self.low + mix64(seed) % self.span
-        return Completion(str(number), self.name, latency_s=self.latency)
+        return Completion(str(number), self.name, latency_s=wait)
 
     def statistics(self) -> ModelStats:
         return ModelStats(self.name, self._requests, 0, self._latency.in_flight, 0, 0)

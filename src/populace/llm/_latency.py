@@ -23,14 +23,17 @@ class SimulatedLatency:
         self.in_flight = 0
         self._timers: SharedTimers | None = None
 
-    async def wait(self) -> None:
-        if self.seconds <= 0:
+    async def wait(self, seconds: float | None = None) -> None:
+        """Wait ``seconds`` (default: the configured latency)."""
+        if seconds is None:
+            seconds = self.seconds
+        if seconds <= 0:
             return
         if self._timers is None:  # created in the loop of the worker that first waits
             self._timers = SharedTimers(asyncio.get_running_loop())
         self.in_flight += 1
         try:
-            await self._timers.sleep(self.seconds)
+            await self._timers.sleep(seconds)
         finally:
             self.in_flight -= 1
 

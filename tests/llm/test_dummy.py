@@ -1,0 +1,37 @@
+"""The dummy model: seeded answers after a wait, optionally spread (``jitter``)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from populace.llm import DummyConfig, DummyModel, build_model
+
+
+async def test_jitter_spreads_the_waits_without_changing_the_answers() -> None:
+    steady = DummyModel(latency=0.2)
+    spread = DummyModel(latency=0.2, jitter=0.5)
+    seeds = range(200)
+    a = await asyncio.gather(*(steady.complete([], seed=s) for s in seeds))
+    t0 = time.perf_counter()
+    b = await asyncio.gather(*(spread.complete([], seed=s) for s in seeds))
+    wall = time.perf_counter() - t0
+    assert [x.text for x in a] == [x.text for x in b]
+    assert {x.latency_s for x in a} == {0.2}
+    waits = [x.latency_s for x in b]
+    assert min(waits) >= 0.1 - 1e-9 and max(waits) <= 0.3 + 1e-9
+    assert max(waits) - min(waits) > 0.15  # really spread over the range
+    assert wall == pytest.approx(max(waits), abs=0.1)  # in parallel: as long as the longest
+    again = await asyncio.gather(*(spread.complete([], seed=s) for s in seeds))
+    assert [x.latency_s for x in again] == waits  # fixed by the seed
+
+
+def test_jitter_is_validated() -> None:
+    with pytest.raises(ValueError, match="jitter"):
+        DummyModel(jitter=1.5)
+    with pytest.raises(ValueError, match="jitter"):
+        DummyConfig.model_validate({"provider": "dummy", "jitter": -0.1})
+    model = build_model("d", DummyConfig.model_validate({"provider": "dummy", "jitter": 0.3}))
+    assert isinstance(model, DummyModel) and model.jitter == 0.3
