@@ -14,7 +14,7 @@ from ._checkpoint import (
 from ._compare import Comparison, write_comparison
 from ._monitor import RunMonitor, run_snapshot
 from ._report import Report, sweep_table, write_report
-from ._rundir import RunDirectory, atomic_write, read_summary, read_table
+from ._rundir import RunDirectory, atomic_write, read_partial, read_summary, read_table
 from ._runs import RunData, headline, load_run
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "latest_checkpoint",
     "load_run",
     "read_checkpoint",
+    "read_partial",
     "read_summary",
     "read_table",
     "run_snapshot",

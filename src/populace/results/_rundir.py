@@ -77,6 +77,17 @@ class RunDirectory:
         _write_parquet(path, table)
         return path
 
+    def write_partial(self, name: str, round_no: int, table: pa.Table) -> Path:
+        """Persist the rows of a round still in progress (replaced by each call, removed by
+        :meth:`clear_partial` once the round is written whole)."""
+        path = self.path / "partial" / f"{name}-r{round_no:05d}.parquet"
+        _write_parquet(path, table)
+        return path
+
+    def clear_partial(self, name: str) -> None:
+        for part in (self.path / "partial").glob(f"{name}-r*.parquet"):
+            part.unlink(missing_ok=True)
+
     def write_summary(self, summary: dict[str, Any]) -> None:
         atomic_write(self.path / "summary.json",
                      (json.dumps(summary, indent=2, allow_nan=False) + "\n").encode())
@@ -106,6 +117,14 @@ def read_table(run_dir: str | Path, name: str = "responses") -> pa.Table:
     if not parts:
         raise FileNotFoundError(f"{d} has no {name}.parquet and no round files of it")
     return pa.concat_tables(pq.read_table(p) for p in parts)
+
+
+def read_partial(run_dir: str | Path, name: str = "responses") -> tuple[int, pa.Table] | None:
+    """``(round, rows)`` saved from a round that was still in progress, if any."""
+    parts = sorted((Path(run_dir) / "partial").glob(f"{name}-r*.parquet"))
+    if not parts:
+        return None
+    return int(parts[-1].stem.rsplit("r", 1)[1]), pq.read_table(parts[-1])
 
 
 def read_summary(run_dir: str | Path) -> dict[str, Any]:

@@ -138,6 +138,9 @@ class RunConfig(_Strict):
         None, description="mixed models: share of participants per model name, as fractions "
         "(1/3) or counts (500)")
     game: GameConfig = Field(default_factory=GameConfig)
+    checkpoint_minutes: float = Field(
+        5.0, gt=0, description="inside a round, save the answers so far this often (every "
+        "round also ends with a full checkpoint)")
     population: PopulationConfig | None = Field(
         None, description="aspects sampled for every participant (see populace.population); "
         "its groups replace game.groups, its attributes and backgrounds reach the prompts")

@@ -20,7 +20,9 @@ from populace.core import (
     ModelError,
     Msg,
     PerWorker,
+    PlaceholderSet,
     Simulation,
+    SimulationClosed,
     WorkerLost,
     derive_seed,
     wait,
@@ -33,6 +35,7 @@ from populace.results import (
     RunMonitor,
     atomic_write,
     latest_checkpoint,
+    read_partial,
     read_summary,
     write_checkpoint,
 )
@@ -248,6 +251,22 @@ def _recorded_backgrounds(run: Path, profiles: pa.Table) -> pa.Array:
                     type=pa.string())
 
 
+def _save_partial(run_dir: RunDirectory, round_no: int, answers: PlaceholderSet[Any],
+                  ids: np.ndarray, groups: np.ndarray, models: pa.Array) -> int:
+    """Write the answers of round ``round_no`` received so far; returns how many.
+
+    Agents whose call ended with the run (stopped, or on a lost worker) are left out: they
+    have no answer, only its absence.
+    """
+    done, outcomes = answers.finished()
+    keep = [k for k, o in enumerate(outcomes)
+            if not isinstance(o, WorkerLost | SimulationClosed)]
+    at = np.asarray(done, dtype=np.int64)[keep]
+    run_dir.write_partial("responses", round_no, _table(
+        round_no, ids[at], groups[at], models.take(pa.array(at)), [outcomes[k] for k in keep]))
+    return len(keep)
+
+
 def _resume_point(run_dir: RunDirectory, summary: dict[str, Any]
                   ) -> tuple[int, RoundOutcome | None, dict[str, Any] | None]:
     """Where an interrupted run continues: (first round to play, last outcome, checkpoint).
@@ -273,6 +292,11 @@ def _resume_point(run_dir: RunDirectory, summary: dict[str, Any]
     (run_dir.path / "responses.parquet").unlink(missing_ok=True)
     summary["rounds"] = before.get("rounds", [])[:done]
     summary["resumed_from_round"] = done
+    partial = read_partial(run_dir.path)
+    if partial is not None and partial[0] == done + 1:
+        # Answers saved inside the interrupted round: the recording answers those calls again,
+        # so the round is played whole and its rows equal the saved ones.
+        summary["resumed_answers"] = partial[1].num_rows
     if point is None:
         return 1, None, None
     state = point[1]
@@ -337,6 +361,7 @@ async def play(
                             models=sorted(in_use), history=summary["rounds"],
                             run_dir=run_dir.path if run_dir is not None else None)
     stopped = False
+    in_progress: tuple[int, PlaceholderSet[Any]] | None = None  # the round being played
     attributes = config.agent_fields()
     rules = Rules(config.seed, game.low, game.high, game.temperature, game.max_tokens,
                   {name: config.protocol_for(name) for name in in_use}, game.memory_rounds,
@@ -401,11 +426,17 @@ async def play(
                           metadata={"round": round_no,
                                     "seed": derive_seed(config.seed, round_no)})
                 answers = players.broadcast(ask)
+                in_progress = (round_no, answers)
                 if monitor is not None:
                     monitor.round_started(round_no, answers, _live)
+                saved_at = time.monotonic()
                 while not answers.done():
                     await wait([answers], timeout=0.1)
                     reporter.round_progress(round_no, answers.n_done, n)
+                    if run_dir is not None and \
+                            time.monotonic() - saved_at >= 60 * config.checkpoint_minutes:
+                        _save_partial(run_dir, round_no, answers, ids, groups, models)
+                        saved_at = time.monotonic()
                     if monitor is not None and monitor.round_progress(sim.statistics()):
                         stopped = True  # the round is abandoned, never written with holes
                         break
@@ -452,6 +483,8 @@ async def play(
                                      {"agents": states, "last": last.as_dict(),
                                       "env": await world.fetch_state()})
                     run_dir.write_summary(summary)
+                    run_dir.clear_partial("responses")
+                in_progress = None
                 reporter.round_finished(last, wall)
                 if monitor is not None:
                     for key, value in (await monitored_values(world)).items():
@@ -465,6 +498,11 @@ async def play(
         summary["error"] = f"{type(e).__name__}: {e}"
         raise
     finally:
+        if run_dir is not None and in_progress is not None:
+            # A round left unfinished (stop, signal, failure): what it received goes to disk.
+            summary["partial_round"] = in_progress[0]
+            summary["partial_answers"] = _save_partial(run_dir, *in_progress, ids, groups,
+                                                       models)
         summary["wall_s"] = round(time.perf_counter() - started, 4)
         timings.wall_s = summary["wall_s"]
         if run_dir is not None:
