@@ -439,3 +439,16 @@ async def test_sets_cannot_be_pickled() -> None:
     pset: PlaceholderSet[int] = PlaceholderSet(asyncio.get_running_loop(), 1)
     with pytest.raises(TypeError, match="cannot be pickled"):
         pickle.dumps(pset)
+
+
+async def test_finished_lists_the_members_done_so_far_in_member_order() -> None:
+    pset: PlaceholderSet[int | None] = PlaceholderSet(asyncio.get_running_loop(), 5)
+    assert pset.finished() == ([], [])
+    boom = ValueError("boom")
+    pset._fill([3, 0], [30, None])  # None is a value, not "pending"
+    pset._fail([2], [boom])
+    assert pset.finished() == ([0, 2, 3], [None, boom, 30])
+    assert not pset.done()
+    pset._fill([1, 4], [10, 40])
+    assert pset.finished() == ([0, 1, 2, 3, 4], [None, 10, boom, 30, 40])
+    assert pset.exceptions() == {2: boom}
