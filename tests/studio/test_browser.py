@@ -114,6 +114,9 @@ def test_watch_a_run_then_read_an_agent(studio: tuple[StudioServer, Path], page:
     assert page.inner_text("#state-done").endswith("10,000")
     assert page.locator("#rounds-table tbody tr").count() == 3
     assert page.locator("#workers-table tbody tr").count() == 2
+    # The game's environment, as its monitors show it: the last round's announcement.
+    environment = page.inner_text("#env")
+    assert "announcement" in environment and "Round 3 is over." in environment, environment
     shot(page, "03-run-done")
 
     # The agent browser: filter, open one agent, read its messages.
