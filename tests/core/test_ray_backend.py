@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -28,15 +27,9 @@ from populace.scenarios.guess_number import RunConfig, play  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    c.add_node(num_cpus=1)
-    c.wait_for_nodes()
-    ray.init(address=c.address, include_dashboard=False, configure_logging=False,
-             log_to_driver=False)
-    yield c
-    ray.shutdown()
-    c.shutdown()
+def cluster(ray_cluster: Cluster) -> Cluster:
+    """The two-node cluster of tests/conftest.py."""
+    return ray_cluster
 
 
 def _timers() -> SharedTimers:

@@ -15,6 +15,7 @@ ships the listener to the actor; the values of monitored keys come back with
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -104,8 +105,11 @@ class RemoteEnvService(EnvVerbs):
             if error is None:
                 placeholder.set_result(f.result())
                 return
-            cause = ServiceClosed(f"the environment service is gone: {_first_line(error)}")
-            placeholder.set_result(Reply([None] * n, {i: cause for i in range(n)}))
+            # Only a dead actor means the service is gone. Any other failure of the call
+            # (an op's function that cannot be unpickled in the actor's process, say) failed
+            # this batch alone while the service lives on: each op gets that error itself.
+            placeholder.set_result(Reply([None] * n, {i: _copy(_as_closed(error))
+                                                      for i in range(n)}))
 
         future.add_done_callback(done)
         return placeholder
@@ -126,18 +130,18 @@ class RemoteEnvService(EnvVerbs):
 
         ``listener`` is pickled to the service's process and runs there.
         """
-        await self._actor.monitor.remote(listener, key, prefix, event, descendants, env)
+        await _ask(self._actor.monitor.remote(listener, key, prefix, event, descendants, env))
 
     async def fetch_statistics(self) -> ServiceStats:
-        stats: ServiceStats = await self._actor.statistics.remote()
+        stats: ServiceStats = await _ask(self._actor.statistics.remote())
         return stats
 
     async def fetch_state(self) -> dict[str, Any]:
-        state: dict[str, Any] = await self._actor.get_state.remote()
+        state: dict[str, Any] = await _ask(self._actor.get_state.remote())
         return state
 
     async def load_state(self, state: dict[str, Any]) -> None:
-        await self._actor.set_state.remote(state)
+        await _ask(self._actor.set_state.remote(state))
 
     async def aclose(self) -> None:
         """Stop the actor (pending async updates fail with :class:`ServiceClosed`)."""
@@ -163,6 +167,34 @@ class RemoteEnvService(EnvVerbs):
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+def _as_closed(error: BaseException) -> BaseException:
+    """A dead actor's error as :class:`ServiceClosed`; any other error as it is."""
+    from ray.exceptions import RayActorError
+
+    if isinstance(error, RayActorError):
+        return ServiceClosed(f"the environment service is gone: {_first_line(error)}")
+    return error
+
+
+def _copy(error: BaseException) -> BaseException:
+    # One instance per op: the runtime adds a note per failing agent to the error.
+    try:
+        return copy.copy(error)
+    except Exception:  # some of Ray's wrapped errors do not copy; share the one then
+        return error
+
+
+async def _ask(ref: Any) -> Any:
+    """Await an actor call; a dead actor raises :class:`ServiceClosed`, as the verbs do."""
+    try:
+        return await ref
+    except Exception as error:
+        closed = _as_closed(error)
+        if closed is error:
+            raise
+        raise closed from error
 
 
 async def serve(env: Env, sim: Simulation | None = None, *,
