@@ -12,10 +12,18 @@ Four parts, each printed as a table:
 3. async read-modify-writes that hold their key ``--hold-ms`` (an update whose function
    awaits, say, a model): here per-key queueing and max_concurrency decide the throughput;
 4. :class:`Map2D` with ``--positions`` positions: bulk placement, moves, ``nearby`` and
-   ``k_nearest`` queries per second.
+   ``k_nearest`` queries per second;
+5. the service in a Ray actor (:func:`serve` on the Ray backend, a local Ray started once):
+   parts 2 and 3 again through a per-worker :class:`EnvClient`, each row next to the same
+   run on the local backend and an in-process service, so the two compare under the same
+   load. Needs Ray; ``--skip-remote`` leaves it out, ``--only remote`` runs it alone.
+   ``--hold-fn partial`` gives parts 3 and 5b one module-level function instead of a new
+   closure per update (a closure crosses to the actor pickled by value, once per op).
 
     .venv/bin/python benchmarks/environment.py
     .venv/bin/python benchmarks/environment.py --agents 20000 --positions 100000   # quick
+    .venv/bin/python benchmarks/environment.py --only remote
+    .venv/bin/python benchmarks/environment.py --only remote-hold --hold-fn partial
 """
 
 from __future__ import annotations
@@ -26,12 +34,13 @@ import gc
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from populace.core import Agent, PerWorker, Profile, Simulation
-from populace.environment import Env, EnvClient, EnvService, Map2D, Op
+from populace.environment import Env, EnvClient, EnvService, Map2D, Op, serve
 
 
 def rate(n: int, seconds: float) -> str:
@@ -136,6 +145,21 @@ async def hold(agent: Player, spread: bool, hold_s: float) -> Any:
     return await agent.env.update(f"k{agent.id}" if spread else "k0", fn=slow_plus_one)
 
 
+async def _slow_plus_one(hold_s: float, old: int) -> int:
+    await asyncio.sleep(hold_s)
+    return old + 1
+
+
+async def hold_partial(agent: Player, spread: bool, hold_s: float) -> Any:
+    """:func:`hold` with one module-level function instead of a new closure per call: to
+    another process, a batch pickles it once rather than once per op, code included."""
+    return await agent.env.update(f"k{agent.id}" if spread else "k0",
+                                  fn=partial(_slow_plus_one, hold_s))
+
+
+HOLD_FNS = {"closure": hold, "partial": hold_partial}
+
+
 async def service_round(n: int, workers: int, rounds: int, via: str, spread: bool,
                         concurrency: int, body: Callable[..., Any], *args: Any
                         ) -> tuple[float, float]:
@@ -146,18 +170,25 @@ async def service_round(n: int, workers: int, rounds: int, via: str, spread: boo
     env: Any = svc if via == "service" else PerWorker(EnvClient, svc)
     async with Simulation(workers=workers) as sim:
         group = await sim.create(Player, n, init={"env": env})
-        await group.map(idle, spread)  # warm-up
-        t0 = time.perf_counter()
-        await group.map(idle, spread)
-        idle_s = time.perf_counter() - t0
-        times = []
-        for _ in range(rounds):
-            gc.collect()
-            t0 = time.perf_counter()
-            await group.map(body, spread, *args)
-            times.append(time.perf_counter() - t0)
+        best, idle_s = await time_rounds(group, rounds, spread, body, *args)
     total = sum((await svc.query_prefix("k")).values())
     assert total == n * rounds, (total, n * rounds)
+    return best, idle_s
+
+
+async def time_rounds(group: Any, rounds: int, spread: bool, body: Callable[..., Any],
+                      *args: Any) -> tuple[float, float]:
+    """(best round, idle round) wall seconds of ``group.map(body, ...)``."""
+    await group.map(idle, spread)  # warm-up
+    t0 = time.perf_counter()
+    await group.map(idle, spread)
+    idle_s = time.perf_counter() - t0
+    times = []
+    for _ in range(rounds):
+        gc.collect()
+        t0 = time.perf_counter()
+        await group.map(body, spread, *args)
+        times.append(time.perf_counter() - t0)
     return min(times), idle_s
 
 
@@ -177,16 +208,87 @@ def bench_service(n: int, workers: int, rounds: int) -> None:
                       f"{n / best:>16,.0f}{n / net:>14,.0f}")
 
 
-def bench_hold(n: int, workers: int, hold_ms: float) -> None:
+def bench_hold(n: int, workers: int, hold_ms: float, body: Callable[..., Any] = hold
+               ) -> None:
     print(f"\n3. Async read-modify-writes holding their key {hold_ms:g} ms, {n:,} agents on "
           f"{workers} workers (one round)")
     print(f"   {'keys':<8}{'max_conc':>9}{'round':>10}{'ops/s':>12}")
     for spread in (False, True):
         for conc in (1, 8, 64):
-            best, _ = asyncio.run(service_round(n, workers, 1, "service", spread, conc, hold,
+            best, _ = asyncio.run(service_round(n, workers, 1, "service", spread, conc, body,
                                                 hold_ms / 1e3))
             print(f"   {'spread' if spread else 'one':<8}{conc:>9}{best * 1e3:>8.0f}ms"
                   f"{n / best:>12,.0f}")
+
+
+# -- 5. the service in a Ray actor -------------------------------------------------------------
+
+async def remote_round(n: int, workers: int, rounds: int, spread: bool, concurrency: int,
+                       body: Callable[..., Any], *args: Any) -> tuple[float, float]:
+    """:func:`service_round` through ``serve()`` on the Ray backend (agents use EnvClient)."""
+    world = Env("global")
+    for i in range(n if spread else 1):
+        world.register(f"k{i}", 0)
+    async with Simulation(workers=workers, backend="ray") as sim:
+        async with await serve(world, sim, max_concurrency=concurrency) as svc:
+            group = await sim.create(Player, n, init={"env": PerWorker(EnvClient, svc)})
+            best, idle_s = await time_rounds(group, rounds, spread, body, *args)
+            total = sum((await svc.query_prefix("k")).values())
+    assert total == n * rounds, (total, n * rounds)
+    return best, idle_s
+
+
+def start_ray() -> bool:
+    try:
+        import ray
+    except ImportError:
+        print("\n5. Remote service: skipped (Ray is not installed)")
+        return False
+    if not ray.is_initialized():  # one local Ray for every row, not one per simulation
+        ray.init(address="local", include_dashboard=False, configure_logging=False,
+                 log_to_driver=False)
+    return True
+
+
+def bench_remote(n: int, workers: int, rounds: int) -> None:
+    print(f"\n5a. Remote service (Ray actor) vs in-process, {n:,} agents on {workers} workers "
+          f"through EnvClient, one incr per agent per round (best of {rounds})")
+    print(f"   {'service':<9}{'keys':<8}{'max_conc':>9}{'round':>10}{'idle round':>12}"
+          f"{'ops/s (round)':>16}{'ops/s (net)':>14}")
+    for spread in (False, True):
+        for conc in (1, 8, 64):
+            for where in ("local", "ray"):  # interleaved: both see the same host load
+                if where == "local":
+                    best, idle_s = asyncio.run(service_round(n, workers, rounds, "client",
+                                                             spread, conc, bump))
+                else:
+                    best, idle_s = asyncio.run(remote_round(n, workers, rounds, spread, conc,
+                                                            bump))
+                net = max(best - idle_s, 1e-9)
+                print(f"   {where:<9}{'spread' if spread else 'one':<8}{conc:>9}"
+                      f"{best * 1e3:>8.0f}ms{idle_s * 1e3:>10.0f}ms"
+                      f"{n / best:>16,.0f}{n / net:>14,.0f}", flush=True)
+
+
+def bench_remote_hold(n: int, workers: int, hold_ms: float,
+                      body: Callable[..., Any] = hold) -> None:
+    print(f"\n5b. Async read-modify-writes holding their key {hold_ms:g} ms, remote service "
+          f"(Ray actor) vs in-process, {n:,} agents on {workers} workers through EnvClient "
+          f"(one round; fn: {'a new closure per op' if body is hold else 'one function'})")
+    print(f"   {'service':<9}{'keys':<8}{'max_conc':>9}{'round':>10}{'idle round':>12}"
+          f"{'ops/s':>12}")
+    for spread in (False, True):
+        for conc in (1, 8, 64):
+            for where in ("local", "ray"):
+                if where == "local":
+                    best, idle_s = asyncio.run(service_round(n, workers, 1, "client", spread,
+                                                             conc, body, hold_ms / 1e3))
+                else:
+                    best, idle_s = asyncio.run(remote_round(n, workers, 1, spread, conc, body,
+                                                            hold_ms / 1e3))
+                print(f"   {where:<9}{'spread' if spread else 'one':<8}{conc:>9}"
+                      f"{best * 1e3:>8.0f}ms{idle_s * 1e3:>10.0f}ms{n / best:>12,.0f}",
+                      flush=True)
 
 
 # -- 4. Map2D ----------------------------------------------------------------------------------
@@ -245,16 +347,32 @@ def main() -> None:
     parser.add_argument("--hold-ms", type=float, default=1.0)
     parser.add_argument("--positions", type=int, default=1_000_000)
     parser.add_argument("--queries", type=int, default=20_000)
-    parser.add_argument("--only", choices=["env", "service", "hold", "map"], default=None)
+    parser.add_argument("--only", choices=["env", "service", "hold", "map", "remote",
+                                           "remote-service", "remote-hold"], default=None,
+                        help="one part (remote: both remote tables)")
+    parser.add_argument("--hold-fn", choices=sorted(HOLD_FNS), default="closure",
+                        help="the update function of parts 3 and 5b: a new closure per op "
+                             "(default) or partial() of one module-level function")
+    parser.add_argument("--skip-remote", action="store_true",
+                        help="leave out part 5 (the service in a Ray actor)")
     args = parser.parse_args()
     if args.only in (None, "env"):
         bench_local_env(args.env_ops)
     if args.only in (None, "service"):
         bench_service(args.agents, args.workers, args.rounds)
     if args.only in (None, "hold"):
-        bench_hold(args.hold_agents, args.workers, args.hold_ms)
+        bench_hold(args.hold_agents, args.workers, args.hold_ms, HOLD_FNS[args.hold_fn])
     if args.only in (None, "map"):
         bench_map(args.positions, args.queries)
+    remote = [] if args.skip_remote else {
+        None: ["service", "hold"], "remote": ["service", "hold"],
+        "remote-service": ["service"], "remote-hold": ["hold"]}.get(args.only, [])
+    if remote and start_ray():
+        if "service" in remote:
+            bench_remote(args.agents, args.workers, args.rounds)
+        if "hold" in remote:
+            bench_remote_hold(args.hold_agents, args.workers, args.hold_ms,
+                              HOLD_FNS[args.hold_fn])
 
 
 if __name__ == "__main__":
