@@ -215,6 +215,11 @@ def descendants(pid: int) -> dict[int, str]:
     return below
 
 
+def ray_workers(pid: int) -> dict[int, str]:
+    """``pid → command line`` of every Populace Ray worker (actor process) below ``pid``."""
+    return {p: cmd for p, cmd in descendants(pid).items() if "WorkerActor" in cmd}
+
+
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -230,5 +235,6 @@ def helpers() -> Any:
 
     return types.SimpleNamespace(
         assert_complete_and_equal=assert_complete_and_equal, descendants=descendants,
-        wait_until=wait_until, play_into=play_into, write_run_file=write_run_file, RUN=RUN,
+        ray_workers=ray_workers, wait_until=wait_until, play_into=play_into,
+        write_run_file=write_run_file, RUN=RUN,
     )

@@ -36,7 +36,7 @@ def test_ray_worker_killed_mid_round_then_sigterm_then_resume(
     run.wait_for("round 1/3:", timeout=120)
     time.sleep(0.3)  # inside round 2 (1 s)
     tree = helpers.descendants(run.pid)  # Ray's own processes and the workers
-    workers = {pid: cmd for pid, cmd in tree.items() if "WorkerActor" in cmd}
+    workers = helpers.ray_workers(run.pid)
     assert len(workers) == 2, workers
     victim = min(workers)
     os.kill(victim, signal.SIGKILL)

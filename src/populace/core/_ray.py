@@ -163,6 +163,8 @@ class RayBackend:
     name = "ray"
     #: Requests cross a process boundary: placeholders must become RemoteRefs first.
     remote = True
+    #: Tries to start each worker (a try fails when its node died meanwhile).
+    PLACE_ATTEMPTS = 3
 
     def __init__(self, address: str | None = None, **init_options: Any) -> None:
         self.address = address
@@ -207,21 +209,61 @@ class RayBackend:
         self._deliver = deliver
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        # Round-robin over the nodes that have CPUs, so workers (and their agents) are
-        # spread evenly; Ray's own SPREAD ignores actors that reserve no CPU.
-        nodes = sorted(n["NodeID"] for n in ray.nodes()
-                       if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0)
         actor_cls = ray.remote(WorkerActor)
-        self._actors = []
-        for i in range(n_workers):
+
+        def place(i: int, nodes: list[str]) -> Any:
             strategy: Any = "DEFAULT"
             if nodes:
                 strategy = NodeAffinitySchedulingStrategy(nodes[i % len(nodes)], soft=False)
-            self._actors.append(actor_cls.options(
+            return actor_cls.options(
                 name=f"{self._group}-{i}", namespace="populace", num_cpus=0,
                 scheduling_strategy=strategy, max_concurrency=1000,
-            ).remote(i, self._group))
-        self._info = list(await asyncio.gather(*(a.ready.remote() for a in self._actors)))
+            ).remote(i, self._group)
+
+        def alive() -> list[str]:
+            # Round-robin over the nodes that have CPUs, so workers (and their agents) are
+            # spread evenly; Ray's own SPREAD ignores actors that reserve no CPU.
+            return sorted(n["NodeID"] for n in ray.nodes()
+                          if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0)
+
+        nodes = alive()
+        self._actors = [place(i, nodes) for i in range(n_workers)]
+        info: list[Any] = [None] * n_workers
+        pending = list(range(n_workers))
+        # A node lost a moment ago (its raylet killed, the machine gone) is still listed as
+        # alive until Ray's health check gives up on it (~15 s by default), so a worker
+        # restarted after its loss can be pinned to it; Ray then fails that actor unborn. It
+        # is placed again, on the nodes then alive; a worker that cannot start at all is a
+        # WorkerLost (the caller's recovery policy), never a raw Ray error.
+        for attempt in range(self.PLACE_ATTEMPTS):
+            results = await asyncio.gather(*(self._actors[i].ready.remote() for i in pending),
+                                           return_exceptions=True)
+            failed: list[tuple[int, BaseException]] = []
+            for i, r in zip(pending, results, strict=True):
+                if isinstance(r, ray.exceptions.RayActorError):
+                    failed.append((i, r))
+                elif isinstance(r, BaseException):
+                    raise r
+                else:
+                    info[i] = r
+            if not failed:
+                break
+            if attempt == self.PLACE_ATTEMPTS - 1:
+                i, error = failed[0]
+                for a in self._actors:
+                    with contextlib.suppress(Exception):
+                        ray.kill(a)
+                self._actors = []
+                if self._started_ray:
+                    ray.shutdown()
+                    self._started_ray = False
+                raise WorkerLost(f"worker {i} could not start: {_cause(error)}")
+            pending, nodes = [i for i, _ in failed], alive()
+            for i in pending:
+                with contextlib.suppress(Exception):  # frees its name if it still lives
+                    ray.kill(self._actors[i])
+                self._actors[i] = place(i, nodes)
+        self._info = info
         self._stats = [WorkerStats(i, 0, 0, 0, 0, 0) for i in range(n_workers)]
         loop = asyncio.get_running_loop()
         self._pollers = [loop.create_task(self._poll(i)) for i in range(n_workers)]
@@ -235,9 +277,8 @@ class RayBackend:
             try:
                 updates, stats = await actor.poll.remote()
             except ray.exceptions.RayActorError as e:
-                cause = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 self._deliver(index, [WorkerGone(WorkerLost(
-                    f"worker {index} (pid {self._info[index]['pid']}) died: {cause}"))])
+                    f"worker {index} (pid {self._info[index]['pid']}) died: {_cause(e)}"))])
                 return
             self._stats[index] = stats
             self._deliver(index, updates)
@@ -271,3 +312,9 @@ class RayBackend:
         if self._started_ray:
             ray.shutdown()
             self._started_ray = False
+
+
+def _cause(error: BaseException) -> str:
+    """The first line of a Ray error (the rest is Ray's detail: ids, hints)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
