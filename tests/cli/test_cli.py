@@ -56,8 +56,8 @@ def test_run_writes_a_complete_run_directory(tmp_path: Path, fast_example: Path)
     config = yaml.safe_load((out / "config.yaml").read_text())
     assert (config["agents"], config["rounds"], config["seed"]) == (300, 2, 42)
     assert config["name"] == "guess-number-demo"
-    assert config["models"]["dummy"] == {"provider": "dummy", "latency": 0.01, "low": 0,
-                                         "high": 100}
+    assert config["models"]["dummy"] == {"provider": "dummy", "latency": 0.01, "jitter": 0.0,
+                                         "low": 0, "high": 100}
     game = config["game"]
     assert game["ratio"] == "2/3"
     # The default prompt: the rules, then the level's instruction; what happened in earlier

@@ -236,5 +236,5 @@ def helpers() -> Any:
     return types.SimpleNamespace(
         assert_complete_and_equal=assert_complete_and_equal, descendants=descendants,
         ray_workers=ray_workers, wait_until=wait_until, play_into=play_into,
-        write_run_file=write_run_file, RUN=RUN,
+        write_run_file=write_run_file, RUN=RUN, SAME=SAME,
     )

@@ -19,7 +19,6 @@ import pyarrow.compute as pc
 
 from populace.results import read_partial, read_summary
 
-SAME = ["round", "agent_id", "group", "model", "number", "valid", "raw", "extract_raw", "error"]
 SPREAD = {"dummy": {"provider": "dummy", "latency": 2.0, "jitter": 0.9}}  # 0.2–3.8 s
 
 
@@ -55,7 +54,7 @@ def test_ctrl_c_saves_the_answers_of_the_round_in_progress(
     assert rc == 130, stderr
     assert "Traceback" not in stderr
 
-    saved = assert_saved_rows_are_right(out, 2, undisturbed, SAME)
+    saved = assert_saved_rows_are_right(out, 2, undisturbed, helpers.SAME)
     summary = read_summary(out)
     assert (summary["status"], summary["partial_round"]) == ("interrupted", 2)
     assert summary["partial_answers"] == saved
@@ -81,7 +80,7 @@ def test_answers_are_saved_inside_a_long_round(
     rc, _, _ = run.finish(timeout=30)
     assert rc == -signal.SIGKILL
 
-    saved = assert_saved_rows_are_right(out, 1, undisturbed, SAME)
+    saved = assert_saved_rows_are_right(out, 1, undisturbed, helpers.SAME)
     rc, _, stderr = populace("run", "--resume", out).finish(timeout=90)
     assert rc == 0, stderr
     helpers.assert_complete_and_equal(out, undisturbed)
