@@ -228,6 +228,17 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
         time.sleep(0.02)
 
 
+def assert_recovered_once(stdout: str, stderr: str, victim: int) -> None:
+    """One automatic recovery from the death of worker process ``victim``: one warning
+    line naming it, round 2 (the one it hit) reported once, no traceback."""
+    assert "Traceback" not in stderr
+    assert stdout.count("round 2/3:") == 1
+    warnings = [line for line in stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1, stderr
+    assert f"(pid {victim}) died" in warnings[0]
+    assert "restarting the workers from the last checkpoint" in warnings[0]
+
+
 @pytest.fixture
 def helpers() -> Any:
     """The module's helper functions, for tests (conftest modules cannot be imported)."""
@@ -237,4 +248,5 @@ def helpers() -> Any:
         assert_complete_and_equal=assert_complete_and_equal, descendants=descendants,
         ray_workers=ray_workers, wait_until=wait_until, play_into=play_into,
         write_run_file=write_run_file, RUN=RUN, SAME=SAME,
+        assert_recovered_once=assert_recovered_once,
     )

@@ -250,13 +250,7 @@ class RayBackend:
                 break
             if attempt == self.PLACE_ATTEMPTS - 1:
                 i, error = failed[0]
-                for a in self._actors:
-                    with contextlib.suppress(Exception):
-                        ray.kill(a)
-                self._actors = []
-                if self._started_ray:
-                    ray.shutdown()
-                    self._started_ray = False
+                self._release()
                 raise WorkerLost(f"worker {i} could not start: {_cause(error)}")
             pending, nodes = [i for i, _ in failed], alive()
             for i in pending:
@@ -295,7 +289,6 @@ class RayBackend:
         return list(self._stats)
 
     async def stop(self) -> None:
-        import ray
 
         for t in self._pollers:
             t.cancel()
@@ -306,6 +299,13 @@ class RayBackend:
         for a in self._actors:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(a.close.remote(), timeout=5)
+        self._release()
+
+    def _release(self) -> None:
+        """Kill the actors, and the Ray instance if this backend started it."""
+        import ray
+
+        for a in self._actors:
             with contextlib.suppress(Exception):
                 ray.kill(a)
         self._actors = []
