@@ -85,6 +85,6 @@ def test_node_lost_mid_round_recovers_on_the_nodes_left(
     assert len(restarted) == 2, (restarted, run.lines, run.stderr())
     rc, stdout, stderr = run.finish(timeout=60)
     assert rc == 0, stderr
-    helpers.assert_recovered_once(stdout, stderr, victim)
+    helpers.assert_recovered_once(stdout, stderr, f"(pid {victim}) died")
     helpers.assert_complete_and_equal(out, undisturbed)
     assert read_summary(out)["resumed_from_round"] == 1

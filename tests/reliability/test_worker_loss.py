@@ -48,7 +48,7 @@ def test_ray_worker_killed_mid_round_then_sigterm_then_resume(
     tree |= helpers.descendants(run.pid)
     run.popen.send_signal(signal.SIGTERM)
     rc, stdout, stderr = run.finish(timeout=60)
-    helpers.assert_recovered_once(stdout, stderr, victim)
+    helpers.assert_recovered_once(stdout, stderr, f"(pid {victim}) died")
 
     # SIGTERM: a clean stop, as on the local backend.
     assert rc == 143, stderr

@@ -27,7 +27,7 @@ from populace.core import (
     derive_seed,
     wait,
 )
-from populace.environment import EnvClient, serve
+from populace.environment import EnvClient, ServiceClosed, serve
 from populace.llm import ModelSet, preflight
 from populace.population import diversity_report, generate_backgrounds, sample_population
 from populace.results import (
@@ -496,6 +496,10 @@ async def play(
         interrupted = isinstance(e, KeyboardInterrupt | asyncio.CancelledError)
         summary["status"] = "interrupted" if interrupted else "failed"
         summary["error"] = f"{type(e).__name__}: {e}"
+        if isinstance(e, ServiceClosed):
+            # The environment's actor died: like a lost worker, recovered from the last
+            # checkpoint (which holds the environment too).
+            raise WorkerLost(str(e)) from e
         raise
     finally:
         if run_dir is not None and in_progress is not None:
