@@ -391,8 +391,8 @@ async def play(
         async with Simulation(workers=config.workers, backend=config.backend,
                               seed=config.seed, **config.backend_options()) as sim, \
                 await serve(build_world(group_ids), sim) as world:
-            t0 = time.perf_counter()
             await monitor_world(world, group_ids)
+            t0 = time.perf_counter()
             columns = [*(["model"] if len(in_use) > 1 else []),
                        *(["group"] if game.group_play else []), *attributes]
             players = await sim.create(
