@@ -316,5 +316,11 @@ class RayBackend:
 
 def _cause(error: BaseException) -> str:
     """The first line of a Ray error (the rest is Ray's detail: ids, hints)."""
+    from ray.exceptions import ActorUnavailableError
+
+    if isinstance(error, ActorUnavailableError):
+        # Ray's words ("temporarily unavailable … RpcError") suggest waiting; a worker that
+        # cannot be reached mid-round has lost its calls either way.
+        return "unreachable (its process or its node is gone)"
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
