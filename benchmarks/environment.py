@@ -19,6 +19,8 @@ Four parts, each printed as a table:
    load. Needs Ray; ``--skip-remote`` leaves it out, ``--only remote`` runs it alone.
    ``--hold-fn partial`` gives parts 3 and 5b one module-level function instead of a new
    closure per update (a closure crosses to the actor pickled by value, once per op).
+   ``--only reads``: one read per agent, everyone the same key (coalesced: one op per
+   batch reaches the service) or each its own, in-process and in a Ray actor.
 
     .venv/bin/python benchmarks/environment.py
     .venv/bin/python benchmarks/environment.py --agents 20000 --positions 100000   # quick
@@ -291,6 +293,40 @@ def bench_remote_hold(n: int, workers: int, hold_ms: float,
                       flush=True)
 
 
+async def read(agent: Player, spread: bool) -> Any:
+    return await agent.env.query(f"k{agent.id}" if spread else "k0")
+
+
+async def read_round(n: int, workers: int, rounds: int, spread: bool, backend: str
+                     ) -> tuple[float, float, int]:
+    """(best round, idle round, ops that reached the service) of one read per agent."""
+    world = Env("global")
+    for i in range(n if spread else 1):
+        world.register(f"k{i}", i)
+    async with Simulation(workers=workers, backend=backend) as sim:
+        async with await serve(world, sim) as svc:
+            group = await sim.create(Player, n, init={"env": PerWorker(EnvClient, svc)})
+            best, idle_s = await time_rounds(group, rounds, spread, read)
+            values = await group.map(read, spread)
+            ops = (await svc.fetch_statistics()).ops
+    assert values == (list(range(n)) if spread else [0] * n)
+    return best, idle_s, ops
+
+
+def bench_reads(n: int, workers: int, rounds: int, remote: bool) -> None:
+    print(f"\n5c. One read per agent through EnvClient, {n:,} agents on {workers} workers: "
+          f"everyone reads one key (identical reads of a batch travel once) or its own key "
+          f"(best of {rounds})")
+    print(f"   {'service':<9}{'keys':<8}{'round':>10}{'idle round':>12}{'reads/s (net)':>15}"
+          f"{'ops at service':>16}")
+    for spread in (False, True):
+        for where in ("local", "ray") if remote else ("local",):
+            best, idle_s, ops = asyncio.run(read_round(n, workers, rounds, spread, where))
+            net = max(best - idle_s, 1e-9)
+            print(f"   {where:<9}{'own' if spread else 'one':<8}{best * 1e3:>8.0f}ms"
+                  f"{idle_s * 1e3:>10.0f}ms{n / net:>15,.0f}{ops:>16,}", flush=True)
+
+
 # -- 4. Map2D ----------------------------------------------------------------------------------
 
 def bench_map(n: int, queries: int, seed: int = 0) -> None:
@@ -348,7 +384,8 @@ def main() -> None:
     parser.add_argument("--positions", type=int, default=1_000_000)
     parser.add_argument("--queries", type=int, default=20_000)
     parser.add_argument("--only", choices=["env", "service", "hold", "map", "remote",
-                                           "remote-service", "remote-hold"], default=None,
+                                           "remote-service", "remote-hold", "reads"],
+                        default=None,
                         help="one part (remote: both remote tables)")
     parser.add_argument("--hold-fn", choices=sorted(HOLD_FNS), default="closure",
                         help="the update function of parts 3 and 5b: a new closure per op "
@@ -367,6 +404,9 @@ def main() -> None:
     remote = [] if args.skip_remote else {
         None: ["service", "hold"], "remote": ["service", "hold"],
         "remote-service": ["service"], "remote-hold": ["hold"]}.get(args.only, [])
+    if args.only in (None, "reads"):
+        bench_reads(args.agents, args.workers, args.rounds,
+                    not args.skip_remote and start_ray())
     if remote and start_ray():
         if "service" in remote:
             bench_remote(args.agents, args.workers, args.rounds)
