@@ -28,13 +28,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import time
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
 
-from populace.core import Agent, PerWorker, Profile, Simulation
+from populace.core import Agent, PerWorker, Profile, Simulation, wait
 from populace.environment import Env, EnvClient, EnvService, Map2D, Op, Timeline
+from populace.results import RunMonitor
 
 DEFAULTS: dict[str, Any] = {
     "agents": 2000,
@@ -71,8 +74,8 @@ class Person(Agent):
         self.met = 0
         self.agreed = 0
 
-    async def meet(self) -> int:
-        """Talk to the nearest neighbours; decide tomorrow's opinion. Returns contacts."""
+    async def meet(self) -> float:
+        """Talk to the nearest neighbours; decide tomorrow's opinion, and return it."""
         rules = self.rules
         # The date (global) and my town's mood (visible only from my town's environment),
         # then what each neighbour said yesterday: two batched round trips.
@@ -93,7 +96,7 @@ class Person(Agent):
         mine += rules["town_pull"] * (mood - mine)
         self.next_opinion = min(1.0, max(0.0, mine))
         self.met = len(heard)
-        return self.met
+        return self.next_opinion
 
     async def speak(self) -> None:
         """Say today's opinion in public; count meetings and agreements (shared counters)."""
@@ -104,8 +107,18 @@ class Person(Agent):
                                   Op.incr("agreements", self.agreed)])
 
 
-async def run(config: dict[str, Any]) -> dict[str, Any]:
-    """Run the scenario; returns ``{"config", "days": [per-day summary], "final"}``."""
+def _heard(opinions: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """What the studio's histogram shows of the day's answers: tomorrow's opinions (and no
+    model latency: nobody asked a model)."""
+    return np.asarray(opinions, dtype=np.float64), np.full(len(opinions), np.nan)
+
+
+async def run(config: dict[str, Any], monitor: RunMonitor | None = None) -> dict[str, Any]:
+    """Run the scenario; returns ``{"config", "days": [per-day summary], "final"}``.
+
+    ``monitor`` (given by ``populace run``) receives each day as a round, so the studio
+    shows the days live: progress, the histogram of opinions, the environment's counters.
+    """
     cfg = {**DEFAULTS, **config}
     n, size = int(cfg["agents"]), float(cfg["size"])
     rng = np.random.default_rng(cfg["seed"])
@@ -149,7 +162,14 @@ async def run(config: dict[str, Any]) -> dict[str, Any]:
         people = await sim.create(
             Person, n, profiles={"town": town_paths, "opinion": opinions.tolist()},
             init={"env": PerWorker(EnvClient, service), "map": plane, "rules": rules})
+        if monitor is not None:
+            monitor.run_started(name="opinions", agents=n, rounds=int(cfg["days"]), low=0.0,
+                                high=1.0, bins=40, workers=int(cfg["workers"]))
+            monitor.simulation_started(sim)
         for _ in range(int(cfg["days"])):
+            if monitor is not None and monitor.stop_requested:
+                break  # stopped from the studio: the days so far are the result
+            started = time.perf_counter()
             timeline.advance()
             before = (world.query("meetings"), world.query("agreements"), dict(visits))
             # Everyone wanders (one vectorised move; the mayors' watches are evaluated once).
@@ -159,7 +179,13 @@ async def run(config: dict[str, Any]) -> dict[str, Any]:
                             np.clip(py + walk[1], 0, size))
             # Everyone listens (reads only), then everyone speaks: reads and writes never mix
             # within a phase, so the outcome does not depend on the order agents run in.
-            await people.map(Person.meet)
+            listening = people.map(Person.meet)
+            if monitor is not None:
+                monitor.round_started(timeline.step, listening, _heard)
+                while not listening.done():
+                    await wait([listening], timeout=0.1)
+                    monitor.round_progress(sim.statistics())
+            await listening
             await people.map(Person.speak)
             current = np.array([world.query(f"opinion/{i}") for i in range(n)])
             for env in town_envs.values():
@@ -175,6 +201,15 @@ async def run(config: dict[str, Any]) -> dict[str, Any]:
                 **{f"mood_{name}": round(town_envs[name].query("mood"), 4) for name in TOWNS},
                 **{f"visits_{name}": visits[name] - before[2][name] for name in TOWNS},
             })
+            if monitor is not None:
+                for key, value in service.statistics().env.all_monitored().items():
+                    monitor.set_environment(key, value)
+                for name in TOWNS:
+                    monitor.set_environment(f"{name}/mood", round(town_envs[name].query("mood"), 4))
+                monitor.round_finished({
+                    "round": timeline.step, "n": n, "n_valid": n, "mean": days[-1]["mean"],
+                    "median": float(np.median(current)), "std": days[-1]["std"],
+                    "wall_s": time.perf_counter() - started}, sim.statistics())
         final_stats = service.statistics()
     return {
         "config": cfg,

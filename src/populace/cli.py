@@ -24,7 +24,7 @@ from rich.table import Table
 from populace._procmem import PeakMemory
 from populace.config import load_config, read_yaml, validate
 from populace.core import ConfigError, ModelError, PopulaceError, WorkerLost
-from populace.results import RunDirectory
+from populace.results import RunDirectory, RunMonitor
 from populace.scenarios.guess_number import RoundOutcome, RunConfig, Timings, play
 
 app = typer.Typer(
@@ -181,13 +181,16 @@ def _check_like_defaults(config: Path, data: dict[str, Any], defaults: dict[str,
                               f"{default!r}), got {value!r}")
 
 
-def _run_file_scenario(config: Path, overrides: dict[str, Any], out_dir: Path | None) -> None:
+def _run_file_scenario(config: Path, overrides: dict[str, Any], out_dir: Path | None,
+                       studio_port: int | None = None) -> None:
     """``scenario: some_file.py`` — the file's ``run(config) -> dict`` does the work.
 
     Its ``DEFAULTS`` dict (if any) lists the keys the run file may set, and each value must
     be of its default's kind; its ``report(result)`` (if any) prints the result. An exception
     in the scenario ends as one line naming the file and line, the traceback saved to
-    ``RUN_DIR/error.txt``; Ctrl-C and SIGTERM stop it cleanly.
+    ``RUN_DIR/error.txt``; Ctrl-C and SIGTERM stop it cleanly. A ``run(config, monitor)``
+    gets a :class:`~populace.results.RunMonitor` to report to, which the studio shows live
+    (``studio_port``: serve one beside the run).
     """
     data = read_yaml(config)
     module = _scenario_module(config, data.pop("scenario"))
@@ -209,13 +212,20 @@ def _run_file_scenario(config: Path, overrides: dict[str, Any], out_dir: Path | 
     out.print(f"[bold]{name}[/bold]: scenario {module.__file__}", soft_wrap=True)
     started = time.perf_counter()
     summary: dict[str, Any] = {"name": name, "status": "running"}
+    monitor, server = _start_studio(run_dir, studio_port) if studio_port is not None \
+        else (RunMonitor(), None)
 
     def finish(status: str, **more: Any) -> None:
         summary.update(status=status, wall_s=round(time.perf_counter() - started, 4), **more)
         run_dir.write_summary(json.loads(json.dumps(summary, default=str)))
+        monitor.run_finished(status, more.get("error"))
+        if server is not None:
+            server.stop(linger=1.0)  # open pages get the final state first
 
+    takes_monitor = "monitor" in inspect.signature(module.run).parameters
     try:
-        result = _run_until_signalled(module.run(data))
+        result = _run_until_signalled(module.run(data, monitor=monitor) if takes_monitor
+                                      else module.run(data))
     except (KeyboardInterrupt, _Terminated) as e:
         finish("interrupted")
         raise _Fail(f"stopped; what the scenario wrote is in {run_dir.path}",
@@ -231,7 +241,7 @@ def _run_file_scenario(config: Path, overrides: dict[str, Any], out_dir: Path | 
     report = getattr(module, "report", None)
     if callable(report):
         report(result)
-    finish("completed", result=result)
+    finish("stopped" if monitor.stop_requested else "completed", result=result)
     out.print(f"wall time {summary['wall_s']:.2f} s; results in [bold]{run_dir.path}[/bold]",
               soft_wrap=True)
 
@@ -295,7 +305,7 @@ def run(
     scenario = read_yaml(config).get("scenario")
     if isinstance(scenario, str) and scenario.endswith(".py"):
         _run_file_scenario(config, {"agents": agents, "rounds": rounds, "workers": workers,
-                                    "seed": seed}, out_dir)
+                                    "seed": seed}, out_dir, studio_port if studio else None)
         return
     if "sweep" in read_yaml(config):  # a grid of runs, one sub-directory each
         _run_sweep(config, {"agents": agents, "rounds": rounds, "workers": workers, "seed": seed,
@@ -355,7 +365,6 @@ def run(
 
 def _start_studio(run_dir: RunDirectory, port: int) -> tuple[Any, Any]:
     """A monitor for this run and a studio showing it (on 127.0.0.1, in a thread)."""
-    from populace.results import RunMonitor
     from populace.studio import Runs, StudioServer
 
     runs = Runs(run_dir.path.parent)

@@ -132,3 +132,14 @@ def test_a_scenario_stops_cleanly_on_a_signal(tmp_path: Path, sig: signal.Signal
     assert "Traceback" not in stderr
     assert stderr.strip() == f"error: stopped; what the scenario wrote is in {out}"
     assert read_summary(out)["status"] == "interrupted"
+
+
+def test_a_scenario_run_can_be_watched_in_the_studio(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    out = tmp_path / "out"
+    code, stdout, stderr = run_in_process(capsys, monkeypatch, "run", OPINIONS, "--agents",
+                                          "200", "--studio", "--studio-port", "0", "--out", out)
+    assert code == 0, stderr
+    assert f"#/run/{out.name}" in stdout and "studio: http://127.0.0.1:" in stdout
+    assert read_summary(out)["status"] == "completed"

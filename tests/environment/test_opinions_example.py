@@ -6,6 +6,10 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
+from populace.results import RunMonitor
+
 EXAMPLE = Path(__file__).parents[2] / "examples" / "opinions" / "opinions.py"
 
 
@@ -26,3 +30,27 @@ async def test_opinions_example_runs_and_is_deterministic() -> None:
     assert one["days"] == two["days"]
     assert all(d["meetings"] > 0 for d in one["days"])
     assert one["final"]["monitored"]["meetings"] == sum(d["meetings"] for d in one["days"])
+
+
+async def test_the_days_reach_the_studio_as_rounds() -> None:
+    example = load()
+    monitor = RunMonitor()
+    result = await example.run({"agents": 300, "days": 3, "workers": 2, "seed": 3},
+                               monitor=monitor)
+    snap = monitor.snapshot()
+    assert [r["round"] for r in snap["rounds"]] == [1, 2, 3]
+    assert [r["mean"] for r in snap["rounds"]] == [d["mean"] for d in result["days"]]
+    # The last day's histogram: everyone's opinion for tomorrow, over 40 bins of [0, 1].
+    assert (snap["histogram"]["round"], snap["histogram"]["valid"]) == (3, 300)
+    assert len(snap["histogram"]["counts"]) == 40
+    assert snap["histogram"]["mean"] == pytest.approx(result["days"][-1]["mean"], abs=1e-3)
+    shown = snap["environment"]
+    assert shown["meetings"] == result["final"]["monitored"]["meetings"]
+    assert shown["west/mood"] == result["days"][-1]["mood_west"]
+
+
+async def test_a_stop_from_the_studio_ends_the_days() -> None:
+    monitor = RunMonitor()
+    monitor.request_stop()
+    result = await load().run({"agents": 100, "days": 5}, monitor=monitor)
+    assert result["days"] == []

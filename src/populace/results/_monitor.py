@@ -149,13 +149,15 @@ class RunMonitor:
     def run_started(self, *, name: str, agents: int, rounds: int, low: float = 0.0,
                     high: float = 100.0, workers: int = 1, backend: str = "local",
                     models: Sequence[str] = (), run_dir: str | Path | None = None,
-                    history: Sequence[Mapping[str, Any]] = ()) -> None:
+                    history: Sequence[Mapping[str, Any]] = (), bins: int | None = None
+                    ) -> None:
         """The run is preparing (population, backgrounds, workers). ``history``: summary rows
-        of rounds an earlier, interrupted attempt already finished."""
+        of rounds an earlier, interrupted attempt already finished. ``bins``: histogram bins
+        over ``[low, high]`` (default: the monitor's, else one per integer when that fits)."""
         self._info = {"name": name, "agents": agents, "rounds_planned": rounds,
                       "low": low, "high": high, "workers": workers, "backend": backend,
                       "models": list(models), "run_dir": str(run_dir) if run_dir else None}
-        self._edges = bin_edges(low, high, self._bins)
+        self._edges = bin_edges(low, high, bins or self._bins)
         self._rounds = tuple(self._row(r) for r in history)
         self._answered_before = 0
         self._reset_round(0, 0)
