@@ -9,7 +9,10 @@ test`` installs it where it can) the tests are skipped and say why.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -167,3 +170,37 @@ def test_stop_a_run_from_the_page(studio: tuple[StudioServer, Path], page: Any) 
     assert "stopped" in page.inner_text("#runs-table")
     shot(page, "08-runs")
     assert page.problems == []
+
+
+def test_watch_a_scenario_file_run(tmp_path: Path, page: Any) -> None:
+    # `populace run … --studio` on the opinions example: its days appear as rounds, with the
+    # environment's counters, on a page made for any scenario that reports to a monitor.
+    opinions = Path(__file__).resolve().parents[2] / "examples" / "opinions" / "opinions.yaml"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "populace.cli", "run", str(opinions), "--agents", "6000",
+         "--studio", "--studio-port", "0", "--out", str(tmp_path / "opinions")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"})
+    try:
+        assert proc.stdout is not None
+        url = ""
+        deadline = time.monotonic() + 60
+        while not url:
+            assert time.monotonic() < deadline, "no studio URL printed"
+            line = proc.stdout.readline()
+            if line.startswith("studio: "):
+                url = line.split()[1]
+        page.goto(url)
+        page.wait_for_function(
+            "document.querySelectorAll('#rounds-table tbody tr').length >= 2", timeout=60_000)
+        assert page.inner_text("#run-title") == "opinions"
+        environment = page.inner_text("#env")
+        assert "meetings" in environment and "west/mood" in environment, environment
+        page.wait_for_function("document.querySelector('#status').textContent === 'done'",
+                               timeout=60_000)
+        assert page.locator("#rounds-table tbody tr").count() == 14
+        shot(page, "06-scenario-file")
+        assert page.problems == []
+    finally:
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
