@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 if TYPE_CHECKING:
+    from populace.core import Placeholder
+
     from ._env import Env
 
 OpKind = Literal["query", "query_prefix", "query_where", "register", "set", "update", "incr",
@@ -198,3 +200,20 @@ class EnvVerbs:
     def delete(self, key: str, *, env: str | None = None) -> Coroutine[Any, Any, Any]:
         """Remove ``key``; returns its last value."""
         return self._one(Op("delete", key, None, env))
+
+
+class SubmitVerbs(EnvVerbs):
+    """The verbs of a service: every operation goes through :meth:`submit` (in batches)."""
+
+    __slots__ = ()
+
+    def submit(self, ops: Sequence[Op]) -> Placeholder[Reply]:  # pragma: no cover
+        raise NotImplementedError
+
+    async def _one(self, op: Op) -> Any:
+        reply = await self.submit([op])
+        return reply.result(0)
+
+    async def apply(self, ops: Sequence[Op], *, return_exceptions: bool = False) -> list[Any]:
+        reply = await self.submit(ops)
+        return reply.results(return_exceptions)

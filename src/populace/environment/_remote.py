@@ -24,7 +24,7 @@ from populace.core import Placeholder
 
 from ._env import Env, EnvEvent, EventKind
 from ._errors import ServiceClosed
-from ._ops import EnvVerbs, Op, Reply
+from ._ops import Op, Reply, SubmitVerbs
 from ._service import EnvService, ServiceStats
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ class ServiceActor:
         await self.service.aclose()
 
 
-class RemoteEnvService(EnvVerbs):
+class RemoteEnvService(SubmitVerbs):
     """A proxy to an :class:`EnvService` living in a Ray actor; pickles to any worker.
 
     It has the service's verbs (``query``, ``update``, ``incr``, … and ``apply``) and its
@@ -113,14 +113,6 @@ class RemoteEnvService(EnvVerbs):
 
         future.add_done_callback(done)
         return placeholder
-
-    async def _one(self, op: Op) -> Any:
-        reply = await self.submit([op])
-        return reply.result(0)
-
-    async def apply(self, ops: Sequence[Op], *, return_exceptions: bool = False) -> list[Any]:
-        reply = await self.submit(ops)
-        return reply.results(return_exceptions)
 
     async def monitor(self, listener: Callable[[EnvEvent], Any], key: str | None = None,
                       prefix: str | None = None,

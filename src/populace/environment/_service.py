@@ -31,7 +31,7 @@ from populace.core import Placeholder, Signal
 from ._env import Env, EnvEvent, EnvStats, EventKind
 from ._errors import ServiceClosed, UnknownKeyError
 from ._listeners import Subscription
-from ._ops import KEYLESS, EnvVerbs, Op, Reply, apply_now
+from ._ops import KEYLESS, EnvVerbs, Op, Reply, SubmitVerbs, apply_now
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +98,7 @@ class _Entry:
 QueueKey = tuple[Env, str | None]
 
 
-class EnvService(EnvVerbs):
+class EnvService(SubmitVerbs):
     """Serves one environment tree to many agents, with per-key ordering.
 
     Keys are queued where they live: ops from two group environments on a key of their
@@ -173,10 +173,6 @@ class EnvService(EnvVerbs):
         if not sink.left:
             placeholder.set_result(reply)
         return placeholder
-
-    async def apply(self, ops: Sequence[Op], *, return_exceptions: bool = False) -> list[Any]:
-        reply = await self.submit(ops)
-        return reply.results(return_exceptions)
 
     async def _one(self, op: Op) -> Any:
         if not self._queues and self._active < self._max and op.kind != "update":
