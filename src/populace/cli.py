@@ -7,8 +7,6 @@ one line on stderr and a non-zero exit status; tracebacks are for bugs only.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import inspect
 import json
 import sys
 import time
@@ -25,6 +23,7 @@ from populace._procmem import PeakMemory
 from populace.config import load_config, read_yaml, validate
 from populace.core import ConfigError, ModelError, PopulaceError, WorkerLost
 from populace.results import RunDirectory, RunMonitor
+from populace.scenarios._file import Outcome, ScenarioFile, is_scenario_file
 from populace.scenarios.guess_number import RoundOutcome, RunConfig, Timings, play
 
 app = typer.Typer(
@@ -127,121 +126,40 @@ def _load(config: Path, overrides: dict[str, Any]) -> RunConfig:
     return load_config(config, SCENARIOS[scenario], overrides)
 
 
-def _scenario_module(config: Path, spec: str) -> Any:
-    """Import a user scenario file named (relative to the run file) by ``scenario:``."""
-    path = (config.parent / spec).resolve()
-    if not path.is_file():
-        raise ConfigError(f"{config}: scenario: no such file {path}")
-    module_spec = importlib.util.spec_from_file_location(f"populace_user_{path.stem}", path)
-    if module_spec is None or module_spec.loader is None:
-        raise ConfigError(f"{config}: scenario: cannot import {path}")
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[module_spec.name] = module  # dataclasses and pickling look modules up here
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as e:  # the user's file: say where it broke, in one line
-        raise ConfigError(f"{config}: scenario: {path.name} does not import: "
-                          f"{_where(e, path)}{type(e).__name__}: {e}") from None
-    if not inspect.iscoroutinefunction(getattr(module, "run", None)):
-        raise ConfigError(f"{config}: scenario: {path.name} has no `async def run(config)`")
-    return module
-
-
-def _where(error: BaseException, path: Path) -> str:
-    """``"opinions.py, line 134: "``: the deepest frame of ``error`` in the file ``path``."""
-    import traceback
-
-    frames = [f for f in traceback.extract_tb(error.__traceback__)
-              if Path(f.filename).resolve() == path.resolve()]
-    if isinstance(error, SyntaxError) and error.lineno is not None:
-        return f"{path.name}, line {error.lineno}: "
-    return f"{path.name}, line {frames[-1].lineno}: " if frames else ""
-
-
-_KINDS: list[tuple[type, str]] = [(bool, "true or false"), (int, "an integer"),
-                                  (float, "a number"), (str, "a string"), (list, "a list"),
-                                  (dict, "a mapping")]
-
-
-def _check_like_defaults(config: Path, data: dict[str, Any], defaults: dict[str, Any]) -> None:
-    """Each value must be of its default's kind (a number where the default is 3.0, …)."""
-    for key, value in data.items():
-        if key not in defaults:
-            raise ConfigError(f"{config}: {key}: unknown key (expected one of: "
-                              f"{', '.join(defaults)})")
-        default = defaults[key]
-        kind = next((k for k in _KINDS if isinstance(default, k[0])), None)
-        if kind is None or default is None:
-            continue  # the scenario takes anything here
-        ok = isinstance(value, kind[0]) and isinstance(value, bool) == isinstance(default, bool)
-        if kind[0] is float and isinstance(value, int) and not isinstance(value, bool):
-            ok = True
-        if not ok:
-            raise ConfigError(f"{config}: {key}: expected {kind[1]} (like the default "
-                              f"{default!r}), got {value!r}")
-
-
 def _run_file_scenario(config: Path, overrides: dict[str, Any], out_dir: Path | None,
                        studio_port: int | None = None) -> None:
-    """``scenario: some_file.py`` — the file's ``run(config) -> dict`` does the work.
-
-    Its ``DEFAULTS`` dict (if any) lists the keys the run file may set, and each value must
-    be of its default's kind; its ``report(result)`` (if any) prints the result. An exception
-    in the scenario ends as one line naming the file and line, the traceback saved to
-    ``RUN_DIR/error.txt``; Ctrl-C and SIGTERM stop it cleanly. A ``run(config, monitor)``
-    gets a :class:`~populace.results.RunMonitor` to report to, which the studio shows live
-    (``studio_port``: serve one beside the run).
+    """``scenario: some_file.py`` (see :mod:`populace.scenarios._file`): the file's ``run``
+    does the work. An exception in it ends as one line naming the file and line, the
+    traceback saved to ``RUN_DIR/error.txt``; Ctrl-C and SIGTERM stop it cleanly. A
+    ``run(config, monitor)`` reports to the studio (``studio_port``: serve one beside it).
     """
-    data = read_yaml(config)
-    module = _scenario_module(config, data.pop("scenario"))
-    path = Path(module.__file__ or "scenario.py")
-    name = str(data.pop("name", path.stem))
-    defaults: dict[str, Any] | None = getattr(module, "DEFAULTS", None)
-    for key, value in overrides.items():
-        if value is not None and (defaults is None or key in defaults):
-            data[key] = value
-    if defaults is not None:
-        _check_like_defaults(config, data, defaults)
-    target = out_dir or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    scenario = ScenarioFile.load(config, overrides)
+    target = out_dir or Path("runs") / f"{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
         run_dir = RunDirectory.create(target)
     except FileExistsError as e:
         raise _Fail(str(e), EXIT_CONFIG) from None
-    resolved = {**(defaults or {}), **data}
-    run_dir.write_config(json.loads(json.dumps(resolved, default=str)))
-    out.print(f"[bold]{name}[/bold]: scenario {module.__file__}", soft_wrap=True)
-    started = time.perf_counter()
-    summary: dict[str, Any] = {"name": name, "status": "running"}
+    out.print(f"[bold]{scenario.name}[/bold]: scenario {scenario.path}", soft_wrap=True)
     monitor, server = _start_studio(run_dir, studio_port) if studio_port is not None \
         else (RunMonitor(), None)
-
-    def finish(status: str, **more: Any) -> None:
-        summary.update(status=status, wall_s=round(time.perf_counter() - started, 4), **more)
-        run_dir.write_summary(json.loads(json.dumps(summary, default=str)))
-        monitor.run_finished(status, more.get("error"))
+    outcome = Outcome(scenario, run_dir, monitor)
+    try:
+        try:
+            result = _run_until_signalled(scenario.run(monitor))
+        except (KeyboardInterrupt, _Terminated) as e:
+            outcome.finish("interrupted")
+            raise _Fail(f"stopped; what the scenario wrote is in {run_dir.path}",
+                        EXIT_TERMINATED if isinstance(e, _Terminated) else EXIT_INTERRUPTED
+                        ) from None
+        except Exception as e:
+            line = scenario.failure(e, run_dir)
+            outcome.finish("failed", error=f"{type(e).__name__}: {e}")
+            raise _Fail(line, 1) from None
+        scenario.report(result)
+        summary = outcome.finish("completed", result=result)
+    finally:
         if server is not None:
             server.stop(linger=1.0)  # open pages get the final state first
-
-    takes_monitor = "monitor" in inspect.signature(module.run).parameters
-    try:
-        result = _run_until_signalled(module.run(data, monitor=monitor) if takes_monitor
-                                      else module.run(data))
-    except (KeyboardInterrupt, _Terminated) as e:
-        finish("interrupted")
-        raise _Fail(f"stopped; what the scenario wrote is in {run_dir.path}",
-                    EXIT_TERMINATED if isinstance(e, _Terminated) else EXIT_INTERRUPTED
-                    ) from None
-    except Exception as e:
-        import traceback
-
-        (run_dir.path / "error.txt").write_text("".join(traceback.format_exception(e)))
-        finish("failed", error=f"{type(e).__name__}: {e}")
-        raise _Fail(f"{config}: scenario {_where(e, path)}{type(e).__name__}: {e} "
-                    f"(traceback in {run_dir.path / 'error.txt'})", 1) from None
-    report = getattr(module, "report", None)
-    if callable(report):
-        report(result)
-    finish("stopped" if monitor.stop_requested else "completed", result=result)
     out.print(f"wall time {summary['wall_s']:.2f} s; results in [bold]{run_dir.path}[/bold]",
               soft_wrap=True)
 
@@ -302,8 +220,7 @@ def run(
                         EXIT_CONFIG)
     if config is None:
         raise _Fail("missing the run file: populace run CONFIG.yaml", EXIT_CONFIG)
-    scenario = read_yaml(config).get("scenario")
-    if isinstance(scenario, str) and scenario.endswith(".py"):
+    if is_scenario_file(config):
         _run_file_scenario(config, {"agents": agents, "rounds": rounds, "workers": workers,
                                     "seed": seed}, out_dir, studio_port if studio else None)
         return

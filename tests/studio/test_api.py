@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -201,3 +202,55 @@ def test_a_run_that_fails_shows_why(client: TestClient, workspace: Path, runs: R
     wait_for(lambda: live.monitor.finished)
     snap = client.get(f"/api/runs/{run_id}").json()
     assert snap["status"] == "failed" and "127.0.0.1:9" in snap["error"]
+
+
+OPINIONS = Path(__file__).resolve().parents[2] / "examples" / "opinions" / "opinions.py"
+
+
+def test_a_scenario_file_is_started_watched_and_stopped(client: TestClient, workspace: Path,
+                                                         runs: Runs, wait_for: Wait) -> None:
+    shutil.copy(OPINIONS, workspace / "opinions.py")
+    (workspace / "town.yaml").write_text("scenario: opinions.py\nname: town\ndays: 3\n")
+    r = client.post("/api/runs", json={"config": "town.yaml", "agents": 300})
+    assert r.status_code == 200, r.text
+    run_id = r.json()["id"]
+    live = runs.live(run_id)
+    assert run_id.startswith("town-") and live is not None
+    wait_for(lambda: live.monitor.finished)
+    snap = client.get(f"/api/runs/{run_id}").json()
+    assert (snap["status"], snap["agents"], snap["rounds_done"]) == ("done", 300, 3)
+    assert "meetings" in snap["environment"]
+    summary = read_summary(runs.runs_dir / run_id)
+    assert summary["status"] == "completed" and len(summary["result"]["days"]) == 3
+
+    # A long one, stopped from the studio after its first day.
+    (workspace / "long.yaml").write_text("scenario: opinions.py\nname: long\ndays: 500\n")
+    run_id = client.post("/api/runs", json={"config": "long.yaml", "agents": 2000}).json()["id"]
+    live = runs.live(run_id)
+    assert live is not None
+    wait_for(lambda: live.monitor.snapshot()["rounds_done"] >= 1)
+    assert client.post(f"/api/runs/{run_id}/stop").json()["status"] == "stopping"
+    wait_for(lambda: live.monitor.finished)
+    assert client.get(f"/api/runs/{run_id}").json()["status"] == "stopped"
+    summary = read_summary(runs.runs_dir / run_id)
+    assert summary["status"] == "stopped" and 1 <= len(summary["result"]["days"]) < 500
+
+
+def test_a_scenario_file_is_checked_and_its_failure_shown(client: TestClient, workspace: Path,
+                                                         runs: Runs, wait_for: Wait) -> None:
+    (workspace / "mine.py").write_text(
+        "DEFAULTS = {'agents': 10, 'speed': 1.5}\n\n"
+        "async def run(config):\n    raise RuntimeError('no luck')\n")
+    (workspace / "bad.yaml").write_text("scenario: mine.py\nspeed: fast\n")
+    r = client.post("/api/runs", json={"config": "bad.yaml"})
+    assert r.status_code == 400
+    assert r.json()["error"] == (f"{workspace / 'bad.yaml'}: speed: expected a number (like "
+                                 "the default 1.5), got 'fast'")
+    (workspace / "fails.yaml").write_text("scenario: mine.py\n")
+    run_id = client.post("/api/runs", json={"config": "fails.yaml"}).json()["id"]
+    live = runs.live(run_id)
+    assert live is not None
+    wait_for(lambda: live.monitor.finished)
+    snap = client.get(f"/api/runs/{run_id}").json()
+    assert (snap["status"], snap["error"]) == ("failed", "RuntimeError: no luck")
+    assert "Traceback" in (runs.runs_dir / run_id / "error.txt").read_text()

@@ -28,6 +28,7 @@ from typing import Any
 from populace.config import load_config, read_yaml
 from populace.core import ConfigError, PopulaceError
 from populace.results import RunDirectory, RunMonitor
+from populace.scenarios._file import Outcome, ScenarioFile, is_scenario_file
 from populace.scenarios.guess_number import RunConfig, play
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -61,6 +62,18 @@ Runner = Callable[[RunConfig, RunDirectory, RunMonitor], Any]
 
 def _play(config: RunConfig, run_dir: RunDirectory, monitor: RunMonitor) -> Any:
     return asyncio.run(play(config, run_dir, monitor=monitor))
+
+
+def _run_scenario_file(scenario: ScenarioFile, run_dir: RunDirectory,
+                       monitor: RunMonitor) -> None:
+    outcome = Outcome(scenario, run_dir, monitor)
+    try:
+        result = asyncio.run(scenario.run(monitor))
+    except Exception as e:  # the user's code: its traceback goes to error.txt
+        scenario.failure(e, run_dir)
+        outcome.finish("failed", error=f"{type(e).__name__}: {e}")
+        return
+    outcome.finish("completed", result=result)
 
 
 class Runs:
@@ -212,11 +225,15 @@ class Runs:
             raise Refused(f"run {busy[0]} is still going; stop it before starting another")
         path = self.resolve_config(ref)
         try:
-            scenario = read_yaml(path).get("scenario", "guess_number")
-            if scenario != "guess_number":
-                raise Refused(f"{self._display(path)}: scenario {scenario!r}: the studio starts "
-                              "guess_number runs; run other scenarios with `populace run`")
-            config = load_config(path, RunConfig, dict(overrides or {}))
+            config: RunConfig | ScenarioFile
+            if is_scenario_file(path):
+                config = ScenarioFile.load(path, dict(overrides or {}))
+            else:
+                scenario = read_yaml(path).get("scenario", "guess_number")
+                if scenario != "guess_number":
+                    raise Refused(f"{self._display(path)}: scenario {scenario!r}: unknown "
+                                  "(guess_number, or a scenario file: scenario: my_file.py)")
+                config = load_config(path, RunConfig, dict(overrides or {}))
         except ConfigError as e:
             raise Refused(str(e)) from None
         self.runs_dir.mkdir(parents=True, exist_ok=True)
@@ -237,9 +254,13 @@ class Runs:
         live.thread.start()
         return live
 
-    def _execute(self, config: RunConfig, run_dir: RunDirectory, monitor: RunMonitor) -> None:
+    def _execute(self, config: RunConfig | ScenarioFile, run_dir: RunDirectory,
+                 monitor: RunMonitor) -> None:
         try:
-            self._runner(config, run_dir, monitor)
+            if isinstance(config, ScenarioFile):
+                _run_scenario_file(config, run_dir, monitor)
+            else:
+                self._runner(config, run_dir, monitor)
         except (PopulaceError, OSError, ValueError) as e:  # expected: a bad server, a full disk
             monitor.run_finished("failed", f"{type(e).__name__}: {e}")
         except Exception as e:  # a bug: keep the studio up and say what happened
