@@ -22,8 +22,16 @@ from rich.table import Table
 from populace._procmem import PeakMemory
 from populace.config import load_config, read_yaml, validate
 from populace.core import ConfigError, ModelError, PopulaceError, WorkerLost
+from populace.launch import (
+    MAX_RECOVERIES,
+    ConsoleObserver,
+    RunFile,
+    Terminated,
+    launch,
+    load_run_file,
+    run_until_signalled,
+)
 from populace.results import RunDirectory, RunMonitor
-from populace.scenarios._file import Outcome, ScenarioFile, is_scenario_file
 from populace.scenarios.guess_number import RoundOutcome, RunConfig, Timings, play
 
 app = typer.Typer(
@@ -38,40 +46,6 @@ err = Console(stderr=True)
 EXIT_CONFIG = 2
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
-MAX_RECOVERIES = 2  # worker losses a run recovers from by itself before giving up
-
-
-class _Terminated(Exception):
-    """SIGTERM arrived; the run was stopped cleanly."""
-
-
-def _run_until_signalled(coro: Any) -> Any:
-    """``asyncio.run(coro)``, with SIGTERM handled like Ctrl-C: the run is cancelled, so its
-    cleanup (flushing results, stopping workers) runs before the process exits."""
-    import signal
-
-    terminated = False
-
-    async def main() -> Any:
-        nonlocal terminated
-        task = asyncio.current_task()
-        assert task is not None
-
-        def on_term() -> None:
-            nonlocal terminated
-            terminated = True
-            task.cancel()
-
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_term)
-        return await coro
-
-    try:
-        return asyncio.run(main())
-    except asyncio.CancelledError:
-        if terminated:
-            raise _Terminated() from None
-        raise KeyboardInterrupt() from None
-
 SCENARIOS = {"guess_number": RunConfig}
 
 
@@ -126,42 +100,87 @@ def _load(config: Path, overrides: dict[str, Any]) -> RunConfig:
     return load_config(config, SCENARIOS[scenario], overrides)
 
 
-def _run_file_scenario(config: Path, overrides: dict[str, Any], out_dir: Path | None,
-                       studio_port: int | None = None) -> None:
-    """``scenario: some_file.py`` (see :mod:`populace.scenarios._file`): the file's ``run``
-    does the work. An exception in it ends as one line naming the file and line, the
-    traceback saved to ``RUN_DIR/error.txt``; Ctrl-C and SIGTERM stop it cleanly. A
-    ``run(config, monitor)`` reports to the studio (``studio_port``: serve one beside it).
-    """
-    scenario = ScenarioFile.load(config, overrides)
-    target = out_dir or Path("runs") / f"{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    try:
-        run_dir = RunDirectory.create(target)
-    except FileExistsError as e:
-        raise _Fail(str(e), EXIT_CONFIG) from None
-    out.print(f"[bold]{scenario.name}[/bold]: scenario {scenario.path}", soft_wrap=True)
+def _scenario_error(run_file: RunFile, error: Exception, run_dir: RunDirectory) -> str:
+    """Keep the traceback in ``RUN_DIR/error.txt``; the one line that says what broke, and
+    where in the scenario's own file."""
+    import inspect
+    import traceback
+
+    from populace.launch import where
+
+    saved = run_dir.path / "error.txt"
+    saved.write_text("".join(traceback.format_exception(error)))
+    source = Path(inspect.getfile(run_file.scenario))
+    return (f"{run_file.path}: scenario {where(error, source)}{type(error).__name__}: "
+            f"{error} (traceback in {saved})")
+
+
+def _step_table(summary: dict[str, Any], shown: int = 6) -> Table:
+    """Steps × metrics (the first ``shown`` scalar metrics) of a launcher run."""
+    steps = summary["steps"]
+    names = list(dict.fromkeys(k for e in steps for k, v in e.items()
+                               if k not in ("step", "wall_s")
+                               and (v is None or isinstance(v, int | float | str))))[:shown]
+    table = Table(title=f"{summary['name']}: {summary['agents']:,} agents, "
+                        f"{len(steps)}/{summary['steps_planned']} steps, {summary['status']}")
+    for col in ("step", *names, "wall s"):
+        table.add_column(col, justify="right")
+    for e in steps:
+        table.add_row(str(e["step"]), *(escape(_cell(e.get(k))) for k in names),
+                      f"{e['wall_s']:.2f}")
+    return table
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "-" if value is None else str(value)
+
+
+def _launch(run_file: RunFile, run_dir: RunDirectory, *, resume: bool, replay: Path | None,
+            studio_port: int | None) -> None:
+    """Run any scenario through the launcher, with progress bars, the studio if asked, one
+    line and a non-zero exit for every way a run can fail."""
+    o = run_file.options
+    out.print(f"[bold]{escape(o.name)}[/bold]: scenario {escape(o.scenario)}, {o.agents:,} "
+              f"agents × {o.steps} steps on {o.workers} {o.backend} worker(s), seed {o.seed}",
+              soft_wrap=True)
+    observer = ConsoleObserver(out, err)
     monitor, server = _start_studio(run_dir, studio_port) if studio_port is not None \
-        else (RunMonitor(), None)
-    outcome = Outcome(scenario, run_dir, monitor)
+        else (None, None)
     try:
-        try:
-            result = _run_until_signalled(scenario.run(monitor))
-        except (KeyboardInterrupt, _Terminated) as e:
-            outcome.finish("interrupted")
-            raise _Fail(f"stopped; what the scenario wrote is in {run_dir.path}",
-                        EXIT_TERMINATED if isinstance(e, _Terminated) else EXIT_INTERRUPTED
-                        ) from None
-        except Exception as e:
-            line = scenario.failure(e, run_dir)
-            outcome.finish("failed", error=f"{type(e).__name__}: {e}")
-            raise _Fail(line, 1) from None
-        scenario.report(result)
-        summary = outcome.finish("completed", result=result)
+        summary = run_until_signalled(launch(run_file, run_dir, monitor=monitor,
+                                             observers=[observer], resume=resume,
+                                             replay=replay))
+    except WorkerLost as e:
+        raise _Fail(f"{e}; gave up after {MAX_RECOVERIES} recoveries; continue with: "
+                    f"populace run --resume {run_dir.path}", 1) from None
+    except (KeyboardInterrupt, Terminated) as e:
+        code = EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
+        raise _Fail(f"stopped; finished steps are in {run_dir.path}; continue with: "
+                    f"populace run --resume {run_dir.path}", code) from None
+    except PopulaceError as e:
+        raise _Fail(f"{type(e).__name__}: {e}; finished steps are in {run_dir.path}; continue "
+                    f"with: populace run --resume {run_dir.path}", 1) from None
+    except Exception as e:  # the scenario's own code broke: one line, the traceback on disk
+        raise _Fail(_scenario_error(run_file, e, run_dir), 1) from None
     finally:
+        observer.progress.stop()
         if server is not None:
             server.stop(linger=1.0)  # open pages get the final state first
-    out.print(f"wall time {summary['wall_s']:.2f} s; results in [bold]{run_dir.path}[/bold]",
-              soft_wrap=True)
+    out.print(_step_table(summary))
+    if summary["status"] == "stopped":
+        out.print(f"stopped from the studio; finished steps are in {run_dir.path}; continue "
+                  f"with: populace run --resume {run_dir.path}", soft_wrap=True)
+    out.print(f"wall time {summary['wall_s']:.2f} s; results in "
+              f"[bold]{escape(str(run_dir.path))}[/bold]", soft_wrap=True)
+
+
+def _run_dir(target: Path, resume: bool) -> RunDirectory:
+    try:
+        return RunDirectory(target) if resume else RunDirectory.create(target)
+    except FileExistsError as e:
+        raise _Fail(str(e), EXIT_CONFIG) from None
 
 
 def _models_text(cfg: RunConfig) -> str:
@@ -188,7 +207,8 @@ def run(
     config: Annotated[Path | None, typer.Argument(
         help="run file (YAML); not needed with --resume")] = None,
     agents: Annotated[int | None, typer.Option(help="override agents:")] = None,
-    rounds: Annotated[int | None, typer.Option(help="override rounds:")] = None,
+    rounds: Annotated[int | None, typer.Option(
+        "--rounds", "--steps", help="override rounds: (the steps of any scenario)")] = None,
     workers: Annotated[int | None, typer.Option(help="override workers:")] = None,
     seed: Annotated[int | None, typer.Option(help="override seed:")] = None,
     backend: Annotated[str | None, typer.Option(help="override backend: (local or ray)")] = None,
@@ -220,13 +240,19 @@ def run(
                         EXIT_CONFIG)
     if config is None:
         raise _Fail("missing the run file: populace run CONFIG.yaml", EXIT_CONFIG)
-    if is_scenario_file(config):
-        _run_file_scenario(config, {"agents": agents, "rounds": rounds, "workers": workers,
-                                    "seed": seed}, out_dir, studio_port if studio else None)
-        return
     if "sweep" in read_yaml(config):  # a grid of runs, one sub-directory each
         _run_sweep(config, {"agents": agents, "rounds": rounds, "workers": workers, "seed": seed,
                             "backend": backend, "address": address}, out_dir, replay)
+        return
+    if read_yaml(config).get("scenario", "guess_number") != "guess_number":
+        run_file = load_run_file(config, {"agents": agents, "steps": rounds, "seed": seed,
+                                          "workers": workers, "backend": backend,
+                                          "address": address})
+        if replay is not None and not (replay / "llm_calls").is_dir():
+            raise ConfigError(f"--replay {replay}: no llm_calls/ recording in that directory")
+        target = out_dir or Path("runs") / f"{run_file.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        _launch(run_file, _run_dir(target, resume is not None), resume=resume is not None,
+                replay=replay, studio_port=studio_port if studio else None)
         return
     cfg = _load(config, {"agents": agents, "rounds": rounds, "workers": workers, "seed": seed,
                          "backend": backend, "address": address})
@@ -247,7 +273,7 @@ def run(
     try:
         for attempt in range(MAX_RECOVERIES + 1):
             try:
-                summary = _run_until_signalled(
+                summary = run_until_signalled(
                     play(cfg, run_dir, reporter, replay=replay, resume=resuming,
                          monitor=monitor))
                 break
@@ -263,9 +289,9 @@ def run(
         reporter.progress.stop()
         raise _Fail(f"{e}; finished rounds are in {run_dir.path}; once the model answers "
                     f"again, continue with: populace run --resume {run_dir.path}", 1) from None
-    except (KeyboardInterrupt, _Terminated) as e:
+    except (KeyboardInterrupt, Terminated) as e:
         reporter.progress.stop()
-        code = EXIT_TERMINATED if isinstance(e, _Terminated) else EXIT_INTERRUPTED
+        code = EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
         raise _Fail(f"stopped; finished rounds are in {run_dir.path}; continue with: "
                     f"populace run --resume {run_dir.path}", code) from None
     finally:
@@ -502,7 +528,7 @@ def backgrounds(
         finally:
             await client.aclose()
 
-    result = _run_until_signalled(write())
+    result = run_until_signalled(write())
     out.print(f"{result.total:,} backgrounds: {result.cached:,} from the cache, "
               f"{result.generated:,} written, {result.failed:,} failed "
               f"({result.requests:,} requests, {result.elapsed_s:.1f} s); "
@@ -540,16 +566,16 @@ def _run_sweep(config: Path, overrides: dict[str, Any], out_dir: Path | None,
                   f"{_models_text(cfg)}", soft_wrap=True)
         reporter = RichReporter(cfg.rounds, out)
         try:
-            return _run_until_signalled(play(
+            return run_until_signalled(play(
                 cfg, RunDirectory.create(directory), reporter,
                 replay=replay / point.dirname if replay is not None else None))
         finally:
             reporter.progress.stop()
 
     try:
-        result = run_sweep(index, points, run_point, interrupts=(_Terminated,))
-    except (KeyboardInterrupt, _Terminated) as e:
-        code = EXIT_TERMINATED if isinstance(e, _Terminated) else EXIT_INTERRUPTED
+        result = run_sweep(index, points, run_point, interrupts=(Terminated,))
+    except (KeyboardInterrupt, Terminated) as e:
+        code = EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
         raise _Fail(f"stopped; finished points are in {root} (see sweep.json)", code) from None
     out.print(sweep_table(result))
     failed = [p["dir"] for p in result["points"] if p["status"] == "failed"]

@@ -4,13 +4,14 @@
 """
 
 from ._agent import Agent, Memory, PerWorker, Profile
-from ._backend import Backend, LocalBackend, make_backend
+from ._backend import Backend, LocalBackend, ServiceHandle, make_backend
 from ._driver import SharedTimers, Signal
 from ._errors import (
     CallTimeout,
     ConfigError,
     ModelError,
     PopulaceError,
+    ServiceLost,
     SimulationClosed,
     WorkerLost,
 )
@@ -19,6 +20,7 @@ from ._msg import Msg
 from ._placeholder import Placeholder, PlaceholderSet, UnobservedFailureWarning, gather, wait
 from ._runtime import Simulation, SimulationStats
 from ._seeding import derive_seed, mix64, seed_for, unit_float
+from ._shipping import ship_by_value
 from ._worker import WorkerStats
 
 __all__ = [
@@ -37,6 +39,8 @@ __all__ = [
     "PlaceholderSet",
     "PopulaceError",
     "Profile",
+    "ServiceHandle",
+    "ServiceLost",
     "SharedTimers",
     "Signal",
     "Simulation",
@@ -50,6 +54,7 @@ __all__ = [
     "make_backend",
     "mix64",
     "seed_for",
+    "ship_by_value",
     "unit_float",
     "wait",
 ]

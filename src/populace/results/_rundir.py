@@ -92,6 +92,21 @@ class RunDirectory:
         atomic_write(self.path / "summary.json",
                      (json.dumps(summary, indent=2, allow_nan=False) + "\n").encode())
 
+    def read_summary(self) -> dict[str, Any]:
+        return read_summary(self.path)
+
+    def part_steps(self, name: str) -> list[int]:
+        """The steps (rounds) of table ``name`` written so far, in order."""
+        return sorted(int(p.stem.rsplit("r", 1)[1])
+                      for p in (self.path / "parts").glob(f"{name}-r*.parquet"))
+
+    def drop_steps_after(self, step: int) -> None:
+        """Forget every table's rows after ``step`` (a resumed run plays them again)."""
+        for part in (self.path / "parts").glob("*-r*.parquet"):
+            if int(part.stem.rsplit("r", 1)[1]) > step:
+                part.unlink()
+                (self.path / f"{part.stem.rsplit('-r', 1)[0]}.parquet").unlink(missing_ok=True)
+
     def consolidate(self, name: str) -> Path | None:
         """Join the round files of ``name`` into ``NAME.parquet`` (None if no rounds)."""
         parts = sorted((self.path / "parts").glob(f"{name}-r*.parquet"))

@@ -1,0 +1,70 @@
+"""Progress in a terminal: a bar per step and one line of metrics after each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ._runfile import RunFile
+
+#: Metrics shown on a step's line, at most (the summary has them all).
+SHOWN = 10
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "-" if value is None else str(value)
+
+
+class ConsoleObserver:
+    """An :class:`~populace.launch.Observer` that draws on a rich console."""
+
+    def __init__(self, console: Console, errors: Console | None = None) -> None:
+        self.console = console
+        self.errors = errors or console  # warnings go here (stderr in the CLI)
+        self.progress = Progress(
+            TextColumn("[bold]step {task.fields[step]}/{task.fields[steps]}"),
+            BarColumn(), MofNCompleteColumn(), TextColumn("answers"), TimeElapsedColumn(),
+            console=console, transient=True)
+        self._task: Any = None
+        self._steps = 0
+
+    def run_started(self, run_file: RunFile, summary: dict[str, Any]) -> None:
+        self._steps = run_file.options.steps
+
+    def step_started(self, t: int, steps: int) -> None:
+        self._steps = steps
+
+    def step_progress(self, t: int, done: int, total: int) -> None:
+        if not self.console.is_terminal:
+            return  # a bar in a log file is noise: the step's line says it all
+        if self._task is None:
+            self.progress.start()
+            self._task = self.progress.add_task("", total=total, step=t, steps=self._steps)
+        self.progress.update(self._task, completed=done, total=total, step=t)
+
+    def _clear(self) -> None:
+        if self._task is not None:
+            self.progress.remove_task(self._task)
+            self._task = None
+        self.progress.stop()
+
+    def step_finished(self, t: int, entry: dict[str, Any]) -> None:
+        self._clear()
+        metrics = [f"{k}={_cell(v)}" for k, v in entry.items()
+                   if k not in ("step", "wall_s", "distributions")][:SHOWN]
+        self.console.print(f"step {t}/{self._steps}: {escape(' '.join(metrics))} "
+                           f"[dim]({entry['wall_s']:.2f} s)[/dim]", soft_wrap=True)
+
+    def recovering(self, error: BaseException) -> None:
+        self._clear()
+        line = escape(" ".join(str(error).splitlines()))
+        self.errors.print(f"[yellow]warning:[/yellow] {line}; restarting the workers from the "
+                           "last checkpoint", soft_wrap=True)
+
+    def run_finished(self, summary: dict[str, Any]) -> None:
+        self._clear()

@@ -1,0 +1,321 @@
+"""The one launcher: every run — any scenario, from the CLI, the studio or a sweep — goes
+through :func:`launch`, which owns what surrounds the scenario's steps.
+
+It reads nothing itself (the :class:`RunFile` is read once by the caller), starts the
+simulation on the configured backend, calls ``setup`` and then ``step`` for each step, and
+after every step writes the step's tables (``parts/``), ``summary.json`` and a checkpoint
+(the scenario's state, every agent's ``get_state()``, every served environment). It resumes
+from the newest checkpoint, recovers from a lost worker by resuming, records LLM calls (or
+replays them), feeds the studio's monitor and the observers, and ends every run with one of
+the statuses in :data:`STATUSES`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from collections.abc import Coroutine, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from populace.core import ConfigError, Simulation, WorkerLost, ship_by_value
+from populace.environment import ServiceClosed
+from populace.llm import ModelSet, preflight
+from populace.population import generate_backgrounds, sample_population
+from populace.results import (
+    RunDirectory,
+    RunMonitor,
+    latest_checkpoint,
+    read_partial,
+    write_checkpoint,
+)
+
+from ._run import Run, StepAbandoned
+from ._runfile import USER_MODULE_PREFIX, RunFile
+
+#: How a run ends (``summary.json``'s ``status``); ``running`` while it runs.
+STATUSES = ("completed", "stopped", "interrupted", "failed")
+MAX_RECOVERIES = 2  # worker losses a run recovers from by itself before giving up
+
+
+class Observer(Protocol):
+    """Told how a run goes: the CLI's progress bars, benchmarks and tests implement it."""
+
+    def run_started(self, run_file: RunFile, summary: dict[str, Any]) -> None: ...
+    def step_started(self, t: int, steps: int) -> None: ...
+    def step_progress(self, t: int, done: int, total: int) -> None: ...
+    def step_finished(self, t: int, entry: dict[str, Any]) -> None: ...
+    def recovering(self, error: BaseException) -> None: ...
+    def run_finished(self, summary: dict[str, Any]) -> None: ...
+
+
+class Terminated(Exception):
+    """SIGTERM arrived; the run was stopped cleanly."""
+
+
+def run_until_signalled(coro: Coroutine[Any, Any, Any]) -> Any:
+    """``asyncio.run(coro)``, with SIGTERM handled like Ctrl-C: the run is cancelled, so its
+    cleanup (flushing results, stopping workers) runs before the process exits. Raises
+    :class:`Terminated` or :class:`KeyboardInterrupt`."""
+    terminated = False
+
+    async def main() -> Any:
+        nonlocal terminated
+        task = asyncio.current_task()
+        assert task is not None
+
+        def on_term() -> None:
+            nonlocal terminated
+            terminated = True
+            task.cancel()
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_term)
+        return await coro
+
+    try:
+        return asyncio.run(main())
+    except asyncio.CancelledError:
+        if terminated:
+            raise Terminated() from None
+        raise KeyboardInterrupt() from None
+
+
+async def launch(run_file: RunFile, run_dir: RunDirectory | None = None, *,
+                 monitor: RunMonitor | None = None, observers: Sequence[Observer] = (),
+                 resume: bool = False, replay: str | Path | None = None,
+                 max_recoveries: int = MAX_RECOVERIES) -> dict[str, Any]:
+    """Run ``run_file``'s scenario to the end; returns the summary (also ``summary.json``).
+
+    ``resume`` continues ``run_dir`` from its newest checkpoint. A lost worker (or node, or
+    environment actor) is recovered up to ``max_recoveries`` times by resuming from the last
+    checkpoint; then :class:`~populace.core.WorkerLost` is raised. ``replay`` (an earlier
+    run directory) answers every LLM call from that run's recording.
+    """
+    if resume and run_dir is None:
+        raise ValueError("resume needs the run directory to continue")
+    replay_dir = Path(replay) if replay is not None else None
+    for attempt in range(max_recoveries + 1):
+        try:
+            return await _attempt(run_file, run_dir, monitor, observers, resume, replay_dir)
+        except WorkerLost as e:
+            if run_dir is None or attempt == max_recoveries:
+                raise
+            for observer in observers:
+                observer.recovering(e)
+            resume = True
+    raise AssertionError("unreachable")
+
+
+def _summary(run_file: RunFile) -> dict[str, Any]:
+    o = run_file.options
+    return {"name": o.name, "scenario": run_file.scenario_ref, "status": "running",
+            "agents": o.agents, "steps_planned": o.steps, "seed": o.seed,
+            "backend": o.backend, "workers": o.workers, "models": sorted(o.models),
+            "steps": [], "tables": [], "wall_s": 0.0}
+
+
+def _resume_point(run_dir: RunDirectory, summary: dict[str, Any]) -> tuple[int, Any]:
+    """Where an interrupted run continues: (first step to play, checkpointed state or None).
+    Steps after the newest valid checkpoint are dropped and played again, so no row is
+    duplicated or missing."""
+    try:
+        before = run_dir.read_summary()
+    except FileNotFoundError:
+        before = {}  # killed before the first step ended: start again from step 1
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{run_dir.path}: nothing to resume (summary.json: {e})") from None
+    for key in ("agents", "seed", "scenario"):  # a checkpoint fits only the run it was made by
+        if key in before and before[key] != summary[key]:
+            raise ConfigError(f"{run_dir.path}: cannot resume with {key} {summary[key]}: the "
+                              f"run was made with {key} {before[key]}")
+    point = latest_checkpoint(run_dir.path, up_to=len(before.get("steps", [])))
+    done = point[0] if point is not None else 0
+    run_dir.drop_steps_after(done)
+    summary["steps"] = before.get("steps", [])[:done]
+    summary["tables"] = before.get("tables", [])
+    summary["resumed_from_step"] = done
+    for table in summary["tables"]:
+        partial = read_partial(run_dir.path, table)
+        if partial is not None and partial[0] == done + 1:
+            # Answers saved inside the interrupted step: the recording answers those calls
+            # again, so the step is played whole and its rows equal the saved ones.
+            summary.setdefault("resumed_answers", {})[table] = partial[1].num_rows
+    return done + 1, point[1] if point is not None else None
+
+
+async def _population(run_file: RunFile, run_dir: RunDirectory | None,
+                      replay: Path | None) -> pa.Table | None:
+    """The run's population table (``agent_id`` first), backgrounds written if configured."""
+    o = run_file.options
+    if o.population is None:
+        return None
+    table = sample_population(o.population, seed=o.seed, size=o.agents)
+    name = o.population.backgrounds.model
+    if name is None:
+        return table
+    if name not in o.models:
+        raise ConfigError(f"{run_file.path}: population.backgrounds.model: {name!r} is not "
+                          f"under models: (have: {', '.join(o.models)})")
+    if replay is not None:  # the backgrounds the replayed run used
+        import pyarrow.parquet as pq
+
+        try:
+            recorded = pq.read_table(replay / "profiles.parquet", columns=["background"])
+        except (OSError, KeyError, pa.ArrowInvalid) as e:
+            raise ConfigError(f"{replay}: cannot replay backgrounds from profiles.parquet: "
+                              f"{e}") from None
+        return table.append_column("background", recorded.column("background"))
+    client = ModelSet.build({name: o.models[name]})[name]
+    cache = Path(".populace-cache")
+    out = (run_dir.path if run_dir is not None else cache) / "backgrounds.parquet"
+    try:
+        result = await generate_backgrounds(table, client, o.population, cache / "backgrounds",
+                                            out, seed=o.seed)
+    finally:
+        await client.aclose()
+    by_id = dict(zip(result.table.column("agent_id").to_pylist(),
+                     result.table.column("background").to_pylist(), strict=True))
+    return table.append_column("background", pa.array(
+        [by_id.get(i) or "" for i in table.column("agent_id").to_pylist()], type=pa.string()))
+
+
+async def _checkpoint(run: Run, scenario: Any, t: int) -> None:
+    assert run.run_dir is not None
+    agents = {}
+    for label, (cls, group) in run.groups.items():
+        agents[label] = await group.map(cls.get_state)
+    envs = [await service.fetch_state() for service in run.services]
+    write_checkpoint(run.run_dir.path, t, {"scenario": scenario.get_state(), "agents": agents,
+                                           "envs": envs})
+
+
+async def _restore(run: Run, scenario: Any, state: dict[str, Any]) -> None:
+    scenario.set_state(state["scenario"])
+    for label, states in state["agents"].items():
+        if label not in run.groups:
+            raise ConfigError(f"checkpoint holds agents {label!r} that setup() did not create")
+        cls, group = run.groups[label]
+        await group.scatter(cls.set_state, states)
+    for service, env_state in zip(run.services, state["envs"], strict=True):
+        await service.load_state(env_state)
+
+
+async def _show_environment(run: Run, monitor: RunMonitor) -> None:
+    for service in run.services:
+        stats = await service.fetch_statistics()
+        for key, value in stats.env.all_monitored().items():
+            monitor.set_environment(key, value)
+
+
+async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
+                   monitor: RunMonitor | None, observers: Sequence[Observer], resume: bool,
+                   replay: Path | None) -> dict[str, Any]:
+    started = time.perf_counter()
+    o = run_file.options
+    summary = _summary(run_file)
+    if replay is None:  # one clear line now beats a thousand failed calls later
+        await preflight(dict(o.models))
+    start, restored = 1, None
+    if resume:
+        assert run_dir is not None
+        start, restored = _resume_point(run_dir, summary)
+    for observer in observers:
+        observer.run_started(run_file, summary)
+    if monitor is not None:
+        lo, hi = run_file.scenario.answer_range or (0.0, 1.0)
+        monitor.run_started(name=o.name, agents=o.agents, rounds=o.steps, low=lo, high=hi,
+                            workers=o.workers, backend=o.backend, models=sorted(o.models),
+                            history=summary["steps"],
+                            run_dir=run_dir.path if run_dir is not None else None)
+    run: Run | None = None
+    stopped = False
+    try:
+        population = await _population(run_file, run_dir, replay)
+        if run_dir is not None:
+            run_dir.write_config(run_file.resolved())
+            if population is not None:
+                run_dir.write_profiles(population)
+        module = run_file.scenario.__module__
+        if o.backend == "ray" and module.startswith(USER_MODULE_PREFIX):
+            ship_by_value(module)  # a scenario file is not importable in Ray's workers
+        async with Simulation(workers=o.workers, backend=o.backend, seed=o.seed,
+                              **o.backend_options()) as sim:
+            run = Run(run_file, sim, run_dir, population=population, monitor=monitor,
+                      observers=observers, replay=replay, resume=resume)
+            scenario = run_file.scenario()
+            try:
+                await scenario.setup(run)
+                if restored is not None:
+                    await _restore(run, scenario, restored)
+                if monitor is not None:
+                    monitor.simulation_started(sim)
+                for t in range(start, o.steps + 1):
+                    if run.stop_requested:
+                        stopped = True
+                        break
+                    t0 = time.perf_counter()
+                    run._begin(t)
+                    for observer in observers:
+                        observer.step_started(t, o.steps)
+                    try:
+                        await scenario.step(run, t)
+                    except StepAbandoned:
+                        stopped = True  # the step is abandoned, never written with holes
+                        break
+                    tables, metrics, distributions = run._finish()
+                    entry: dict[str, Any] = {"step": t, **metrics}
+                    if distributions:
+                        entry["distributions"] = distributions
+                    entry["wall_s"] = round(time.perf_counter() - t0, 4)
+                    if run_dir is not None:
+                        for name, table in tables.items():
+                            run_dir.write_round(name, t, table)
+                            run_dir.clear_partial(name)
+                    summary["tables"] = sorted({*summary["tables"], *tables})
+                    summary["steps"].append(entry)
+                    summary["wall_s"] = round(time.perf_counter() - started, 4)
+                    if run_dir is not None:
+                        await _checkpoint(run, scenario, t)
+                        run_dir.write_summary(summary)
+                    for observer in observers:
+                        observer.step_finished(t, entry)
+                    if monitor is not None:
+                        await _show_environment(run, monitor)
+                        monitor.round_finished(entry, sim.statistics())
+                    if run._ended:
+                        break
+            finally:
+                for service in run.services:
+                    await service.aclose()
+        summary["status"] = "stopped" if stopped else "completed"
+    except BaseException as e:
+        interrupted = isinstance(e, KeyboardInterrupt | asyncio.CancelledError)
+        summary["status"] = "interrupted" if interrupted else "failed"
+        summary["error"] = f"{type(e).__name__}: {e}"
+        if isinstance(e, ServiceClosed):
+            # An environment's actor died: like a lost worker, recovered from the last
+            # checkpoint (which holds the environment too).
+            raise WorkerLost(str(e)) from e
+        raise
+    finally:
+        if run is not None and run_dir is not None and run._collecting is not None:
+            # A step left unfinished (stop, signal, failure): what it received goes to disk.
+            saved = run.save_partial()
+            if saved is not None:
+                summary["partial_step"] = run.step
+                summary["partial_answers"] = saved
+        summary["wall_s"] = round(time.perf_counter() - started, 4)
+        if run_dir is not None:
+            run_dir.write_summary(json.loads(json.dumps(summary, default=str)))
+            for name in summary["tables"]:
+                run_dir.consolidate(name)
+        if monitor is not None:
+            monitor.run_finished(summary["status"], summary.get("error"))
+        for observer in observers:
+            observer.run_finished(summary)
+    return summary
+

@@ -1,0 +1,267 @@
+"""The run context a scenario is handed: settings, seeds, the simulation, and the verbs to
+record rows, report metrics and distributions, and collect answers."""
+
+from __future__ import annotations
+
+import math
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from populace.core import (
+    AgentGroup,
+    PerWorker,
+    PlaceholderSet,
+    Simulation,
+    SimulationClosed,
+    WorkerLost,
+    derive_seed,
+    wait,
+)
+from populace.environment import Env, EnvClient, EnvService, RemoteEnvService, serve
+from populace.llm import ModelSet
+
+if TYPE_CHECKING:
+    from populace.results import RunDirectory, RunMonitor
+
+    from ._launcher import Observer
+    from ._runfile import RunFile
+
+#: ``measure(values) -> (numbers, latencies)``: what the studio's live histogram shows of
+#: the answers of a step as they arrive (NaN where an answer is not a number).
+Measure = Callable[[Sequence[Any]], tuple[np.ndarray, np.ndarray]]
+#: ``rows(indices, outcomes) -> table``: the rows of the answers received so far in a step,
+#: saved inside long steps and when a run stops mid-step.
+Rows = Callable[[np.ndarray, list[Any]], pa.Table]
+
+
+class StepAbandoned(Exception):
+    """A stop was requested while a step collected answers: the step is not written."""
+
+
+def as_numbers(values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The default :data:`Measure`: answers that are numbers, NaN for the others."""
+    numbers = np.fromiter((float(v) if isinstance(v, int | float) and not isinstance(v, bool)
+                           else np.nan for v in values), np.float64, len(values))
+    return numbers, np.full(len(values), np.nan)
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-safe metric value: numpy scalars as Python ones, NaN/inf as None."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, bool | int | float | str) or value is None:
+        return value
+    raise TypeError(f"a metric is a number, a bool or a string, got {type(value).__name__}")
+
+
+class Run:
+    """What a scenario's ``setup`` and ``step`` work with (one per run attempt).
+
+    >>> async def step(self, run, t):                                   # doctest: +SKIP
+    ...     answers = await run.collect(self.people.map(Person.decide))
+    ...     run.record("decisions", pa.table({"agent_id": self.people.ids, ...}))
+    ...     run.metric("share_yes", float(np.mean(answers)))
+    ...     run.distribution("opinion", opinions, range=(0, 1))
+    """
+
+    def __init__(self, run_file: RunFile, sim: Simulation, run_dir: RunDirectory | None, *,
+                 population: pa.Table | None, monitor: RunMonitor | None,
+                 observers: Sequence[Observer], replay: Path | None, resume: bool) -> None:
+        self.run_file = run_file
+        self.options = run_file.options
+        self.settings: Any = run_file.settings
+        self.sim = sim
+        self.run_dir = run_dir
+        self.population = population
+        self.step = 0  # 0 during setup
+        self._monitor = monitor
+        self._observers = observers
+        self._replay = replay
+        self._resume = resume
+        self._rngs: dict[tuple[str, int], np.random.Generator] = {}
+        self._models: PerWorker | None = None
+        self.groups: dict[str, tuple[type, AgentGroup]] = {}
+        self.services: list[EnvService | RemoteEnvService] = []
+        self._ended = False
+        self._begin(0)
+
+    # -- what the run is --------------------------------------------------------------------
+    @property
+    def seed(self) -> int:
+        return self.options.seed
+
+    @property
+    def agents(self) -> int:
+        return self.options.agents
+
+    @property
+    def steps(self) -> int:
+        return self.options.steps
+
+    @property
+    def name(self) -> str:
+        return self.options.name
+
+    def rng(self, name: str = "default") -> np.random.Generator:
+        """A generator for stream ``name`` in the current step (0 in setup), derived from the
+        run seed: the same in a resumed run as in an undisturbed one, whatever ran before."""
+        key = (name, self.step)
+        gen = self._rngs.get(key)
+        if gen is None:
+            seed = derive_seed(self.seed, zlib.crc32(name.encode()), self.step)
+            gen = self._rngs[key] = np.random.default_rng(seed)
+        return gen
+
+    @property
+    def stop_requested(self) -> bool:
+        """The studio (or a signal) asked the run to stop; :meth:`collect` then abandons the
+        step by itself."""
+        return self._monitor is not None and self._monitor.stop_requested
+
+    def end(self) -> None:
+        """End the run once this step is written (the scenario reached its end early)."""
+        self._ended = True
+
+    # -- building the world -----------------------------------------------------------------
+    @property
+    def models(self) -> PerWorker:
+        """The run's models for agents' ``init`` (one :class:`~populace.llm.ModelSet` per
+        worker): every call recorded under ``RUN_DIR/llm_calls``, answered from a recording
+        with ``--replay``, and on resume from the interrupted attempt's recording first."""
+        if self._models is None:
+            calls = self.run_dir.path / "llm_calls" if self.run_dir is not None else None
+            replay_from = (self._replay / "llm_calls" if self._replay is not None
+                           else calls if self._resume else None)
+            self._models = PerWorker(ModelSet.build, dict(self.options.models),
+                                     record_to=calls, replay_from=replay_from,
+                                     resume=self._resume and self._replay is None)
+        return self._models
+
+    async def create(self, cls: type, n: int | None = None, *, name: str | None = None,
+                     profiles: Any = None, init: dict[str, Any] | None = None,
+                     colocate: Any = None) -> AgentGroup:
+        """Create ``n`` (default: the run's ``agents``) agents of ``cls``; their
+        ``get_state()`` is checkpointed after every step under ``name`` (default the class
+        name) and restored on resume. ``profiles`` defaults to the run's population."""
+        label = name or cls.__name__
+        if label in self.groups:
+            raise ValueError(f"agents named {label!r} exist already; pass another name=")
+        if profiles is None and self.population is not None:
+            profiles = self.population.drop_columns(["agent_id"])
+        group = await self.sim.create(cls, self.agents if n is None else n, name=label,
+                                      profiles=profiles, init=init, colocate=colocate)
+        self.groups[label] = (cls, group)
+        return group
+
+    async def serve(self, env: Env, *, max_concurrency: int = 64
+                    ) -> EnvService | RemoteEnvService:
+        """Serve ``env`` on the run's backend; its state is checkpointed after every step
+        and its monitored keys are shown in the studio. Read and write it through the
+        returned service (or agents' :meth:`env_client`) from now on."""
+        service = await serve(env, self.sim, max_concurrency=max_concurrency)
+        self.services.append(service)
+        return service
+
+    def env_client(self, service: EnvService | RemoteEnvService | None = None) -> PerWorker:
+        """An :class:`~populace.environment.EnvClient` per worker for agents' ``init``."""
+        if service is None:
+            if not self.services:
+                raise ValueError("env_client(): serve an environment first (await run.serve(env))")
+            service = self.services[0]
+        return PerWorker(EnvClient, service)
+
+    # -- results ----------------------------------------------------------------------------
+    def record(self, table: str, rows: pa.Table | dict[str, Any]) -> None:
+        """Add ``rows`` to per-step table ``table`` (``parts/TABLE-rNNNNN.parquet``, joined
+        into ``TABLE.parquet`` at the end). Rows get a ``step`` column unless they carry
+        ``step`` or ``round`` already."""
+        t = rows if isinstance(rows, pa.Table) else pa.table(rows)
+        if "step" not in t.column_names and "round" not in t.column_names:
+            t = t.add_column(0, "step", pa.array(np.full(t.num_rows, self.step, np.int32)))
+        self._tables.setdefault(table, []).append(t)
+
+    def metric(self, name: str, value: Any) -> None:
+        """Report one value of series ``name`` for this step (summary, studio, report)."""
+        self._metrics[name] = _plain(value)
+
+    def distribution(self, name: str, values: Any, *, range: tuple[float, float] | None = None,
+                     bins: int = 20) -> None:
+        """Report the distribution of per-agent ``values`` this step, as a histogram over
+        ``range`` (default: the values' span); NaN values are left out and counted."""
+        data = np.asarray(values, dtype=np.float64)
+        finite = data[np.isfinite(data)]
+        lo, hi = range if range is not None else (
+            (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0))
+        if hi <= lo:
+            hi = lo + 1.0
+        counts, edges = np.histogram(finite, bins=bins, range=(lo, hi))
+        self._distributions[name] = {
+            "edges": [round(float(e), 10) for e in edges], "counts": counts.tolist(),
+            "n": int(finite.size), "missing": int(data.size - finite.size),
+            "mean": float(finite.mean()) if finite.size else None,
+        }
+
+    async def collect(self, answers: PlaceholderSet[Any], *, measure: Measure | None = None,
+                      partial: tuple[str, Rows] | None = None) -> list[Any]:
+        """Wait for ``answers``, with progress bars and the studio's live view; returns the
+        results in member order (an exception where an answer failed).
+
+        A lost worker raises :class:`~populace.core.WorkerLost` (the launcher recovers); a
+        stop request abandons the step. ``partial=(table, rows)`` saves the answers received
+        so far every ``checkpoint_minutes`` and when the run stops inside the step.
+        """
+        total = len(answers)
+        if self._monitor is not None:
+            self._monitor.round_started(self.step, answers, measure or as_numbers)
+        self._collecting = (answers, partial)
+        saved_at = time.monotonic()
+        every = 60 * self.options.checkpoint_minutes
+        while not answers.done():
+            await wait([answers], timeout=0.1)
+            for observer in self._observers:
+                observer.step_progress(self.step, answers.n_done, total)
+            if partial is not None and time.monotonic() - saved_at >= every:
+                self.save_partial()
+                saved_at = time.monotonic()
+            if self._monitor is not None and self._monitor.round_progress(self.sim.statistics()):
+                raise StepAbandoned()
+        self._collecting = None
+        results = answers.results(return_exceptions=True)
+        lost = next((r for r in results if isinstance(r, WorkerLost)), None)
+        if lost is not None:  # never write a step with holes: the resumed run plays it again
+            raise lost
+        return results
+
+    # -- for the launcher -------------------------------------------------------------------
+    def save_partial(self) -> int | None:
+        """Write what the step being collected received so far; how many rows (or None)."""
+        if self._collecting is None or self._collecting[1] is None or self.run_dir is None:
+            return None
+        answers, (table, rows) = self._collecting
+        done, outcomes = answers.finished()
+        keep = [k for k, o in enumerate(outcomes)
+                if not isinstance(o, WorkerLost | SimulationClosed)]
+        at = np.asarray(done, dtype=np.int64)[keep]
+        self.run_dir.write_partial(table, self.step, rows(at, [outcomes[k] for k in keep]))
+        return len(keep)
+
+    def _begin(self, t: int) -> None:
+        self.step = t
+        self._tables: dict[str, list[pa.Table]] = {}
+        self._metrics: dict[str, Any] = {}
+        self._distributions: dict[str, dict[str, Any]] = {}
+        self._collecting: tuple[PlaceholderSet[Any], tuple[str, Rows] | None] | None = None
+        self._rngs = {k: v for k, v in self._rngs.items() if k[1] == t}
+
+    def _finish(self) -> tuple[dict[str, pa.Table], dict[str, Any], dict[str, Any]]:
+        tables = {name: pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+                  for name, parts in self._tables.items()}
+        return tables, dict(self._metrics), dict(self._distributions)

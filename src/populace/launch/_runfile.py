@@ -1,0 +1,249 @@
+"""The run file, read once: the common run options, the scenario and its settings.
+
+A run file is YAML::
+
+    scenario: rumour.py:Rumour   # built-in name, entry point, or path/to/file.py:Class
+    name: rumour
+    agents: 5000
+    steps: 10                    # `rounds:` means the same
+    seed: 7
+    settings:                    # the scenario's own settings (top-level keys work too)
+      radius: 5.0
+
+Overrides from the command line go through :func:`load_run_file` too, so a key that the
+scenario cannot take is refused the same way whether it came from the file or a flag.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+
+from populace.config import format_error, read_yaml
+from populace.core import ConfigError
+from populace.llm import DummyConfig, ModelConfig
+from populace.population import PopulationConfig
+
+from ._scenario import COMMON_OPTIONS, Scenario, ScenarioSettings
+
+#: Scenarios that come with Populace, by name (module:class, imported on use).
+BUILTIN: dict[str, str] = {}
+#: The entry point group through which an installed package adds scenarios.
+ENTRY_POINTS = "populace.scenarios"
+#: Modules imported from scenario files are named with this prefix.
+USER_MODULE_PREFIX = "populace_user_"
+
+
+def _default_models() -> dict[str, ModelConfig]:
+    return {"dummy": DummyConfig()}
+
+
+class RunOptions(BaseModel):
+    """The options of every run, whatever its scenario (the run file's top-level keys)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    scenario: str = Field(min_length=1, description="built-in name, entry point, or file.py:Class")
+    name: str = Field("run", min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    seed: int = Field(0, ge=0, description="one seed for the whole run")
+    agents: int = Field(100, ge=1, description="number of agents")
+    steps: int = Field(1, ge=1, validation_alias=AliasChoices("steps", "rounds"),
+                       description="steps (rounds, days, ticks) to play")
+    workers: int = Field(1, ge=1, description="worker count (each hosts many agents)")
+    backend: Literal["local", "ray"] = Field("local", description="where workers live")
+    address: str | None = Field(None, description="Ray cluster to join ('auto', 'ray://…')")
+    models: dict[str, ModelConfig] = Field(default_factory=_default_models, min_length=1)
+    population: PopulationConfig | None = Field(None, description="aspects sampled per agent")
+    checkpoint_minutes: float = Field(
+        5.0, gt=0, allow_inf_nan=False,
+        description="inside a long step, save the answers received so far this often")
+    settings: dict[str, Any] = Field(default_factory=dict, description="the scenario's own")
+
+    @model_validator(mode="after")
+    def _address(self) -> RunOptions:
+        if self.address is not None and self.backend != "ray":
+            raise ValueError("address: only the ray backend joins a cluster (set backend: ray)")
+        return self
+
+    def backend_options(self) -> dict[str, Any]:
+        return {"address": self.address} if self.backend == "ray" and self.address else {}
+
+
+@dataclass(frozen=True)
+class RunFile:
+    """A run file, read and checked: options, the scenario class and its settings."""
+
+    path: Path
+    options: RunOptions
+    scenario: type[Scenario]
+    settings: ScenarioSettings
+    #: ``options.scenario`` with a file's path made absolute (resumable from anywhere).
+    scenario_ref: str
+
+    @property
+    def name(self) -> str:
+        return self.options.name
+
+    def resolved(self) -> dict[str, Any]:
+        """Everything the run used, defaults included (what ``config.yaml`` records); the
+        scenario is written as resolved, so the run directory resumes on its own."""
+        data = self.options.model_dump(mode="json", exclude={"settings"})
+        data["scenario"] = self.scenario_ref
+        data["settings"] = self.settings.model_dump(mode="json")
+        return data
+
+
+def where(error: BaseException, path: Path) -> str:
+    """``"opinions.py, line 134: "``: the deepest frame of ``error`` in the file ``path``."""
+    if isinstance(error, SyntaxError) and error.lineno is not None:
+        return f"{path.name}, line {error.lineno}: "
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if Path(f.filename).resolve() == path.resolve()]
+    return f"{path.name}, line {frames[-1].lineno}: " if frames else ""
+
+
+def _import_file(source: Path, path: Path) -> ModuleType:
+    if not path.is_file():
+        raise ConfigError(f"{source}: scenario: no such file {path}")
+    name = f"{USER_MODULE_PREFIX}{path.stem}"
+    known = sys.modules.get(name)
+    if known is not None and Path(getattr(known, "__file__", "") or "").resolve() == path:
+        return known  # the same file again (a sweep, a recovery): the same classes
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"{source}: scenario: cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look modules up here
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # the user's file: say where it broke, in one line
+        del sys.modules[name]
+        raise ConfigError(f"{source}: scenario: {path.name} does not import: "
+                          f"{where(e, path)}{type(e).__name__}: {e}") from None
+    return module
+
+
+def _pick(source: Path, module: ModuleType, attr: str | None, what: str) -> type[Scenario]:
+    if attr is not None:
+        found = getattr(module, attr, None)
+        if not (inspect.isclass(found) and issubclass(found, Scenario)):
+            raise ConfigError(f"{source}: scenario: {what} has no Scenario class {attr!r}")
+        return found
+    classes = [v for v in vars(module).values() if inspect.isclass(v)
+               and issubclass(v, Scenario) and v is not Scenario
+               and v.__module__ == module.__name__]
+    if len(classes) != 1:
+        names = ", ".join(c.__name__ for c in classes) or "none"
+        raise ConfigError(f"{source}: scenario: {what} defines {len(classes)} Scenario classes "
+                          f"({names}); name one as {what}:ClassName")
+    return classes[0]
+
+
+def _entry_point(name: str) -> str | None:
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINTS):
+        if ep.name == name:
+            return str(ep.value)
+    return None
+
+
+def _import_target(source: Path, target: str) -> type[Scenario]:
+    """``package.module:Class`` → the class."""
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:
+        raise ConfigError(f"{source}: scenario: cannot import {module_name}: "
+                          f"{type(e).__name__}: {e}") from None
+    return _pick(source, module, attr or None, module_name)
+
+
+def resolve_scenario(ref: str, source: Path) -> type[Scenario]:
+    """The Scenario class named by ``ref``: a built-in name, an entry point of group
+    ``populace.scenarios``, ``path/to/file.py[:Class]`` (relative to the run file) or
+    ``package.module:Class``."""
+    file_part, _, attr = ref.partition(":") if ".py" in ref else (ref, "", "")
+    if file_part.endswith(".py"):
+        path = (source.parent / file_part).resolve()
+        return _pick(source, _import_file(source, path), attr or None, Path(file_part).name)
+    target = BUILTIN.get(ref) or _entry_point(ref)
+    if target is None and ":" in ref:
+        target = ref
+    if target is None:
+        known = sorted({*BUILTIN, *(ep.name for ep in
+                                    importlib.metadata.entry_points(group=ENTRY_POINTS))})
+        raise ConfigError(f"{source}: scenario: unknown scenario {ref!r} (expected one of: "
+                          f"{', '.join(known) or 'none installed'}; or path/to/file.py:Class)")
+    return _import_target(source, target)
+
+
+def _validate(model: type[BaseModel], data: dict[str, Any], source: str, prefix: str) -> Any:
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        line = format_error(source, e, model)
+        if prefix:  # name the key as the run file writes it
+            line = line.replace(f"{source}: ", f"{source}: {prefix}", 1)
+        raise ConfigError(line) from None
+
+
+def parse_run_file(data: dict[str, Any], source: Path,
+                   overrides: dict[str, Any] | None = None) -> RunFile:
+    """Check ``data`` (a run file's mapping) with ``overrides`` applied (None values are
+    not set). Scenario settings are the ``settings:`` block plus any top-level key that is
+    not a run option."""
+    data = dict(data)
+    if "scenario" not in data:
+        raise ConfigError(f"{source}: scenario: required key is missing (a built-in name, "
+                          "an installed entry point, or path/to/file.py:Class)")
+    if not isinstance(data["scenario"], str):
+        raise ConfigError(f"{source}: scenario: expected a name or path/to/file.py:Class, "
+                          f"got {data['scenario']!r}")
+    cls = resolve_scenario(data["scenario"], source)
+    option_keys = {*RunOptions.model_fields, "rounds"}
+    settings = data.pop("settings", None) or {}
+    if not isinstance(settings, dict):
+        raise ConfigError(f"{source}: settings: expected a mapping, got {settings!r}")
+    settings = dict(settings)
+    prefix = "settings." if settings else ""
+    for key in [k for k in data if k not in option_keys]:
+        settings[key] = data.pop(key)
+    if "rounds" in data and "steps" in data:
+        raise ConfigError(f"{source}: rounds: give steps or rounds, not both")
+    given = {("steps" if k == "rounds" else k) for k in data}
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            data.pop("rounds", None) if key == "steps" else None
+            data[key] = value
+            given.add(key)
+    refused = sorted((given & COMMON_OPTIONS) - cls.options)
+    if refused:
+        flag = refused[0]
+        raise ConfigError(f"{source}: {flag}: scenario {cls.name!r} does not take {flag} "
+                          f"(it takes: {', '.join(sorted(cls.options)) or 'none'})")
+    options = _validate(RunOptions, {"name": cls.name, **cls.defaults, **data}, str(source), "")
+    checked = _validate(cls.Settings, settings, str(source), prefix)
+    return RunFile(source, options, cls, checked, _absolute(options.scenario, source))
+
+
+def _absolute(ref: str, source: Path) -> str:
+    file_part, colon, attr = ref.partition(":")
+    if not file_part.endswith(".py"):
+        return ref
+    return f"{(source.parent / file_part).resolve()}{colon}{attr}"
+
+
+def load_run_file(path: str | Path, overrides: dict[str, Any] | None = None) -> RunFile:
+    """Read and check run file ``path``; every problem is one :class:`ConfigError` line."""
+    return parse_run_file(read_yaml(path), Path(path), overrides)

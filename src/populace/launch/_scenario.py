@@ -1,0 +1,73 @@
+"""What a user writes: a :class:`Scenario` with validated :class:`ScenarioSettings`.
+
+The launcher (:mod:`populace.launch._launcher`) owns everything around the scenario — run
+directory, checkpoints, resume, recovery, recording, the studio, the summary — so a
+scenario only says how its world is set up and what one step does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from populace.results import RunData
+
+    from ._run import Run
+
+#: The run options every scenario takes unless it says otherwise (``Scenario.options``).
+COMMON_OPTIONS = frozenset({"agents", "steps", "seed", "workers", "backend", "address"})
+
+
+class ScenarioSettings(BaseModel):
+    """A scenario's own settings (the run file's ``settings:`` block and its other top-level
+    keys). Subclass it with typed fields and defaults; an unknown key or a wrong value is a
+    one-line error naming the run file and the key."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Scenario:
+    """A simulation the launcher can run, resume, recover, record and report.
+
+    Subclasses set :attr:`name`, a nested ``Settings`` class, and implement :meth:`setup` and
+    :meth:`step`. Agents are created with :meth:`Run.create` (their ``get_state`` is
+    checkpointed after every step) and environments served with :meth:`Run.serve` (their
+    state is checkpointed too); anything else the scenario keeps across steps goes in
+    :meth:`get_state` / :meth:`set_state`.
+    """
+
+    #: The name of the scenario (run directories default to ``runs/NAME-TIMESTAMP``).
+    name: ClassVar[str] = "scenario"
+    #: The settings' model; replace with a subclass of :class:`ScenarioSettings`.
+    Settings: ClassVar[type[ScenarioSettings]] = ScenarioSettings
+    #: Run options (``agents``, ``steps``, ``seed``, ``workers``, ``backend``, ``address``)
+    #: this scenario honours; setting any other one, in the run file or on the command line,
+    #: is refused with one line.
+    options: ClassVar[frozenset[str]] = COMMON_OPTIONS
+    #: Defaults for run options when the run file does not set them (e.g. ``{"steps": 14}``).
+    defaults: ClassVar[dict[str, Any]] = {}
+    #: The range of the studio's live histogram of collected answers, if they are numbers.
+    answer_range: ClassVar[tuple[float, float] | None] = None
+
+    async def setup(self, run: Run) -> None:
+        """Build the world and create the agents (runs again, identically, on resume)."""
+
+    async def step(self, run: Run, t: int) -> None:  # pragma: no cover - abstract
+        """Play step ``t`` (1-based): collect answers, record rows, report metrics.
+        Call :meth:`Run.end` to end the run after this step."""
+        raise NotImplementedError(f"{type(self).__name__}.step(run, t) is not implemented")
+
+    def get_state(self) -> Any:
+        """The scenario's own state after a step (plain, picklable); None if it has none."""
+        return None
+
+    def set_state(self, state: Any) -> None:
+        """Restore what :meth:`get_state` returned (after :meth:`setup`, on resume)."""
+
+    def figures(self, run: RunData) -> dict[str, Figure]:
+        """Extra figures for ``populace report`` (name → matplotlib figure)."""
+        return {}

@@ -1,0 +1,135 @@
+"""``populace run`` on scenarios of the Scenario API: overrides, errors, signals, studio."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cli_helpers import run_in_process
+from populace.results import read_summary, read_table
+
+OPINIONS = Path(__file__).parents[2] / "examples" / "opinions" / "opinions.yaml"
+
+
+def test_the_opinions_example_takes_the_common_overrides(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    out = tmp_path / "out"
+    code, stdout, stderr = run_in_process(capsys, monkeypatch, "run", OPINIONS, "--agents",
+                                          "500", "--rounds", "3", "--out", out)
+    assert code == 0, stderr
+    assert "step 3/3: date=2024-03-04" in stdout
+    summary = read_summary(out)
+    assert (summary["status"], summary["agents"], len(summary["steps"])) == ("completed", 500, 3)
+    table = read_table(out, "opinions")
+    assert table.num_rows == 1500
+    assert sorted(set(table["step"].to_pylist())) == [1, 2, 3]
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert (config["agents"], config["steps"], config["settings"]["radius"]) == (500, 3, 3.0)
+
+
+def test_an_override_a_scenario_cannot_take_is_exit_2(
+    votes_file: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path = votes_file(cls="FixedTown")
+    code, _, stderr = run_in_process(capsys, monkeypatch, "run", path, "--agents", "5",
+                                     "--out", tmp_path / "o")
+    assert code == 2
+    assert stderr.strip() == (f"error: {path}: agents: scenario 'fixed-town' does not take "
+                              "agents (it takes: address, backend, seed, steps, workers)")
+    assert not (tmp_path / "o").exists()  # nothing created
+
+
+def test_a_bad_setting_is_one_line_and_exit_2(
+    votes_file: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path = votes_file(settings={"think": "slow"})
+    code, _, stderr = run_in_process(capsys, monkeypatch, "run", path, "--out", tmp_path / "o")
+    assert code == 2
+    assert stderr.strip() == (f"error: {path}: settings.think: Input should be a valid number, "
+                              "unable to parse string as a number (got 'slow')")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_scenario_that_raises_is_one_line_with_the_traceback_kept(
+    votes_file: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path, out = votes_file(settings={"fail_at": 2}), tmp_path / "out"
+    code, _, stderr = run_in_process(capsys, monkeypatch, "run", path, "--out", out)
+    assert code == 1
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"error: {path}: scenario votes.py, line ")
+    assert lines[0].endswith(f": RuntimeError: step 2 breaks on purpose (traceback in "
+                             f"{out / 'error.txt'})")
+    assert "Traceback" in (out / "error.txt").read_text()
+    summary = read_summary(out)
+    assert (summary["status"], summary["error"]) == ("failed",
+                                                     "RuntimeError: step 2 breaks on purpose")
+    assert len(summary["steps"]) == 1  # the finished step is kept
+
+
+def test_a_scenario_file_that_does_not_import_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "mine.py").write_text("class Mine(:\n")
+    path = tmp_path / "run.yaml"
+    path.write_text("scenario: mine.py:Mine\n")
+    code, _, stderr = run_in_process(capsys, monkeypatch, "run", path)
+    assert code == 2
+    assert stderr.strip().startswith(f"error: {path}: scenario: mine.py does not import: "
+                                     "mine.py, line 1: SyntaxError:")
+
+
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+                         ids=["SIGINT", "SIGTERM"])
+def test_a_scenario_stops_cleanly_on_a_signal_and_resumes(
+        votes_file: Callable[..., Path], tmp_path: Path, sig: signal.Signals,
+        status: int) -> None:
+    out = tmp_path / "out"
+    env = {**os.environ, "NO_COLOR": "1"}
+    path = votes_file(agents=100, steps=3, settings={"think": 0.5})
+    proc = subprocess.Popen([sys.executable, "-m", "populace.cli", "run", str(path), "--out",
+                             str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    while not proc.stdout.readline().startswith("step 1/3:"):
+        assert time.monotonic() < deadline
+    time.sleep(0.2)  # inside step 2
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == status, stderr
+    assert stderr.strip() == (f"error: stopped; finished steps are in {out}; continue with: "
+                              f"populace run --resume {out}")
+    assert read_summary(out)["status"] == "interrupted"
+    done = subprocess.run([sys.executable, "-m", "populace.cli", "run", "--resume", str(out)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    summary = read_summary(out)
+    assert (summary["status"], [e["step"] for e in summary["steps"]]) == ("completed",
+                                                                          [1, 2, 3])
+    assert read_table(out, "votes").num_rows == 300
+
+
+def test_a_scenario_run_can_be_watched_in_the_studio(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    out = tmp_path / "out"
+    code, stdout, stderr = run_in_process(capsys, monkeypatch, "run", OPINIONS, "--agents",
+                                          "200", "--rounds", "2", "--studio", "--studio-port",
+                                          "0", "--out", out)
+    assert code == 0, stderr
+    assert f"#/run/{out.name}" in stdout and "studio: http://127.0.0.1:" in stdout
+    assert read_summary(out)["status"] == "completed"

@@ -1,0 +1,145 @@
+"""The launcher gives any scenario the whole platform: tables, summary, checkpoints, resume,
+identical results on every backend, stop requests, run options it honours or refuses."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from populace.core import ConfigError
+from populace.launch import launch, load_run_file
+from populace.results import RunDirectory, RunMonitor, read_summary, read_table
+
+
+async def run_into(path: Path, out: Path, **overrides: object) -> dict:
+    return await launch(load_run_file(path, overrides), RunDirectory.create(out))
+
+
+async def test_a_run_writes_per_step_tables_summary_and_checkpoints(
+        votes_file: Callable[..., Path], tmp_path: Path) -> None:
+    summary = await run_into(votes_file(agents=300, steps=3), tmp_path / "out")
+    assert summary["status"] == "completed"
+    assert [e["step"] for e in summary["steps"]] == [1, 2, 3]
+    assert set(summary["steps"][0]) >= {"yes_share", "yes_total", "trend", "distributions"}
+    lean = summary["steps"][0]["distributions"]["lean"]
+    assert sum(lean["counts"]) == lean["n"] == 300 and len(lean["edges"]) == 11
+    assert summary["tables"] == ["votes"]
+    assert sorted(p.name for p in (tmp_path / "out" / "parts").iterdir()) == [
+        "votes-r00001.parquet", "votes-r00002.parquet", "votes-r00003.parquet"]
+    votes = read_table(tmp_path / "out", "votes")
+    assert votes.column_names == ["step", "agent_id", "yes", "lean"]
+    assert votes.num_rows == 900
+    # The metric series agree with the rows.
+    for entry in summary["steps"]:
+        rows = votes.filter(pa.compute.equal(votes["step"], entry["step"]))
+        assert entry["yes_share"] == pytest.approx(pa.compute.mean(rows["yes"].cast("int8"))
+                                                   .as_py())
+    assert (tmp_path / "out" / "checkpoints" / "round-00003.ckpt").exists()
+    assert read_summary(tmp_path / "out") == summary
+
+
+async def test_the_shared_environment_carries_state_between_steps(
+        votes_file: Callable[..., Path], tmp_path: Path) -> None:
+    summary = await run_into(votes_file(agents=400, steps=3), tmp_path / "out")
+    totals = [e["yes_total"] for e in summary["steps"]]
+    votes = read_table(tmp_path / "out", "votes")
+    assert totals[-1] == pa.compute.sum(votes["yes"].cast("int64")).as_py()
+    assert totals == sorted(totals)
+
+
+async def test_resume_from_a_checkpoint_equals_an_undisturbed_run(
+        votes_file: Callable[..., Path], tmp_path: Path) -> None:
+    path = votes_file(agents=300, steps=4)
+    await run_into(path, tmp_path / "whole")
+    # A run that ended after step 2 (its later steps were never written) ...
+    await run_into(path, tmp_path / "cut", steps=2)
+    cut = RunDirectory(tmp_path / "cut")
+    summary = read_summary(cut.path)
+    summary.update(status="interrupted", steps_planned=4)
+    cut.write_summary(summary)
+    # ... continues from its checkpoint: agents' leans, the environment, the scenario's
+    # history and the per-step random streams all come back.
+    resumed = await launch(load_run_file(path), cut, resume=True)
+    assert resumed["resumed_from_step"] == 2
+    assert read_table(cut.path, "votes").equals(read_table(tmp_path / "whole", "votes"))
+    whole = read_summary(tmp_path / "whole")
+    assert [{k: v for k, v in e.items() if k != "wall_s"} for e in resumed["steps"]] == \
+        [{k: v for k, v in e.items() if k != "wall_s"} for e in whole["steps"]]
+
+
+async def test_resume_refuses_another_seed(votes_file: Callable[..., Path],
+                                           tmp_path: Path) -> None:
+    await run_into(votes_file(agents=50, steps=1), tmp_path / "out")
+    with pytest.raises(ConfigError, match="cannot resume with seed 9: the run was made with "
+                                          "seed 0"):
+        await launch(load_run_file(votes_file(agents=50, steps=2, seed=9)),
+                     RunDirectory(tmp_path / "out"), resume=True)
+
+
+async def test_a_stop_request_abandons_the_step_and_keeps_finished_ones(
+        votes_file: Callable[..., Path], tmp_path: Path) -> None:
+    import asyncio
+
+    monitor = RunMonitor()
+    run_file = load_run_file(votes_file(agents=100, steps=5, settings={"think": 0.4}))
+
+    async def stop_soon() -> None:
+        while len(monitor.snapshot().get("rounds") or ()) < 1:
+            await asyncio.sleep(0.05)
+        monitor.request_stop()
+
+    stopper = asyncio.create_task(stop_soon())
+    summary = await launch(run_file, RunDirectory.create(tmp_path / "out"), monitor=monitor)
+    await stopper
+    assert summary["status"] == "stopped"
+    assert 1 <= len(summary["steps"]) < 5
+    assert read_table(tmp_path / "out", "votes").num_rows == 100 * len(summary["steps"])
+
+
+def test_an_option_the_scenario_cannot_take_is_refused(votes_file: Callable[..., Path]
+                                                       ) -> None:
+    path = votes_file(cls="FixedTown")
+    with pytest.raises(ConfigError) as e:
+        load_run_file(path, {"agents": 10})
+    assert str(e.value) == (f"{path}: agents: scenario 'fixed-town' does not take agents "
+                            "(it takes: address, backend, seed, steps, workers)")
+    with pytest.raises(ConfigError, match="does not take agents"):
+        load_run_file(votes_file(cls="FixedTown", name="b.yaml", agents=10))
+    assert load_run_file(path, {"steps": 7}).options.steps == 7
+
+
+@pytest.mark.parametrize(("keys", "message"), [
+    ({"settings": {"think": "slow"}}, "settings.think: Input should be a valid number"),
+    ({"settings": {"thinking": 1}}, "settings.thinking: unknown key (expected one of: "
+                                    "start_share, think, fail_at)"),
+    ({"think": "slow"}, "think: Input should be a valid number"),
+    ({"agents": 0}, "agents: Input should be greater than or equal to 1"),
+    ({"steps": 2, "rounds": 3}, "rounds: give steps or rounds, not both"),
+    ({"backend": "slurm"}, "backend: Input should be 'local' or 'ray'"),
+])
+def test_bad_run_files_are_one_line_naming_the_key(
+        votes_file: Callable[..., Path], keys: dict, message: str) -> None:
+    path = votes_file(**keys)
+    with pytest.raises(ConfigError) as e:
+        load_run_file(path)
+    assert str(e.value).startswith(f"{path}: {message}")
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(("ref", "message"), [
+    ("nowhere.py:X", "scenario: no such file"),
+    ("votes_nope", "scenario: unknown scenario 'votes_nope'"),
+    ("{votes}:Nope", "scenario: votes.py has no Scenario class 'Nope'"),
+    ("{votes}", "scenario: votes.py defines 2 Scenario classes (Votes, FixedTown); name one"),
+])
+def test_a_scenario_that_cannot_be_found_is_one_line(tmp_path: Path, ref: str,
+                                                     message: str) -> None:
+    import yaml
+
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({"scenario": ref.format(votes=Path(__file__).with_name("votes.py"))}))
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_run_file(path)
