@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 import signal
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,6 +19,7 @@ from populace.core import (  # noqa: E402
     Agent,
     Msg,
     PerWorker,
+    ServiceLost,
     SharedTimers,
     Simulation,
     WorkerLost,
@@ -117,7 +120,7 @@ async def test_killed_worker_raises_worker_lost(cluster: Cluster) -> None:
         group = await sim.create(Sleeper, 100, init={"timers": PerWorker(_timers)})
         pending = group.broadcast(Msg("m", "x", metadata={"delay": 3.0}))
         await asyncio.sleep(0.5)
-        victim = sim.backend.worker_info()[1]["pid"]  # type: ignore[attr-defined]
+        victim = sim.backend.worker_info()[1]["pid"]
         os.kill(victim, signal.SIGKILL)
         await asyncio.wait_for(asyncio.shield(_until_done(pending)), timeout=30)
         errors = pending.exceptions()
@@ -168,3 +171,47 @@ async def test_colocated_groups_share_a_worker_process(cluster: Cluster) -> None
         assert len(set(pids)) == 2
         answers = await group.broadcast(Msg("m", "x"))
         assert [m.sender for m in answers] == list(range(40))
+
+
+class Tally:
+    """A service to place: state, a sync and an async method, a failing one."""
+
+    def __init__(self, start: int) -> None:
+        self.value = start
+
+    async def add(self, n: int) -> int:
+        self.value += n
+        return self.value
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    async def fail(self) -> None:
+        raise KeyError("no such thing")
+
+
+async def test_a_placed_service_is_an_actor_called_by_name(cluster: Cluster) -> None:
+    async with Simulation(workers=2, backend="ray") as sim:
+        handle = await sim.backend.place(Tally, 5)
+        assert set(handle.info) == set(sim.backend.worker_info()[0]) == {"pid", "node"}
+        # Near the driver by preference (soft affinity: a busy node passes it on).
+        assert handle.info["node"] in {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        assert await handle.call("add", 2) == 7
+        assert await handle.call("pid") == handle.info["pid"] != os.getpid()
+        assert await pickle.loads(pickle.dumps(handle)).call("add", 1) == 8  # one service
+        with pytest.raises(KeyError, match="no such thing"):
+            await handle.call("fail")
+        title = _cmdline(handle.info["pid"])  # Ray titles the process after the class,
+        assert title is None or "Tally" in title  # so it can be found (and killed)
+        ray.kill(handle.actor)
+        with pytest.raises(ServiceLost, match=r"Tally \(pid \d+\) died: "):
+            await asyncio.wait_for(handle.call("add", 1), 30)
+        kept = await sim.backend.place(Tally, 0)
+        assert await kept.call("add", 1) == 1
+    with pytest.raises(ServiceLost):  # the backend killed what it placed when it stopped
+        await asyncio.wait_for(kept.call("add", 1), 30)
+
+
+def _cmdline(pid: int) -> str | None:
+    path = Path(f"/proc/{pid}/cmdline")
+    return path.read_bytes().decode(errors="replace") if path.exists() else None

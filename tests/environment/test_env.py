@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import re
+from typing import Any
 
 import pytest
 
@@ -12,6 +14,8 @@ from populace.environment import (
     Env,
     EnvError,
     EnvEvent,
+    EnvServedError,
+    EnvService,
     UnknownKeyError,
 )
 
@@ -287,3 +291,66 @@ def test_get_state_set_state_round_trip(tree: tuple[Env, Env, Env]) -> None:
     assert fresh.child("g1").owner("mean") == "moderator"
     assert fresh.child("g2").query("round") == 0
     assert fresh.get_state() == state
+
+
+# -- a tree served elsewhere: every use of the stale copy says what to call instead ----------
+
+SERVED = "a remote service (test)"
+
+
+@pytest.mark.parametrize(("use", "instead"), [
+    (lambda e: e.query("round"), "`await service.query('round')`"),
+    (lambda e: e.query_prefix("ro"), "`await service.query_prefix('ro')`"),
+    (lambda e: e.query_where(lambda k, v: True), "`await service.query_where(predicate)`"),
+    (lambda e: "round" in e, "`await service.query('round')` (it raises UnknownKeyError"),
+    (lambda e: e.owner("round"), "`await service.fetch_state()` (owners are under 'owners')"),
+    (lambda e: e.register("new", 1), "`await service.register('new', value)`"),
+    (lambda e: e.update("round", 1), "`await service.update('round', value)` (or fn=)"),
+    (lambda e: e.update("round", fn=abs), "`await service.update('round', value)`"),
+    (lambda e: e.delete("round"), "`await service.delete('round')`"),
+    (lambda e: e.monitor(print, key="round"), "`await service.monitor(listener, key='round')`"),
+    (lambda e: e.monitor(print), "`await service.monitor(listener)` (it runs where"),
+    (lambda e: e.statistics(), "`await service.fetch_statistics()`"),
+    (lambda e: e.listener_errors(), "`await service.fetch_statistics()`"),
+    (lambda e: e.get_state(), "`await service.fetch_state()`"),
+    (lambda e: e.set_state({"data": {}}), "`await service.load_state(state)`"),
+    (lambda e: e.child("new"), "add every child environment before serve()"),
+])
+def test_a_tree_served_elsewhere_refuses_every_use_naming_the_service_call(
+        tree: tuple[Env, Env, Env], use: Any, instead: str) -> None:
+    world = tree[0]
+    world._serve_elsewhere(SERVED)
+    with pytest.raises(EnvServedError) as info:
+        use(world)
+    message = str(info.value)
+    assert message.startswith(f"environment 'global' is served by {SERVED}: ")
+    assert instead in message
+    assert isinstance(info.value, EnvError)
+
+
+def test_a_served_child_names_its_path_and_the_write_is_not_made(
+        tree: tuple[Env, Env, Env]) -> None:
+    world, g1, g2 = tree
+    g1.register("report", "r1")
+    world._serve_elsewhere(SERVED)
+    with pytest.raises(EnvServedError, match=r"environment 'global/g1' is served by .*: a write "
+                       r"to this Env object would never reach the agents\. .*`await "
+                       r"service\.update\('report', value, env='global/g1'\)`"):
+        g1.update("report", "r2")
+    with pytest.raises(EnvServedError, match=r"a read of this Env object would be stale\. .*"
+                       r"`await service\.query\('rules', env='global/g2'\)`"):
+        g2.query("rules")
+    with pytest.raises(EnvServedError, match="add every child environment before serve"):
+        Env("late", world)
+    assert world.find("global/g1") is g1 and world.children["g2"] is g2  # the shape stays
+    assert repr(g1) == f"<Env 'global/g1': served by {SERVED}>"
+    assert g1._data["report"] == "r1"
+
+
+def test_a_local_service_owns_the_env_and_refuses_a_served_one() -> None:
+    world = Env("global")
+    assert EnvService(world).env is world
+    world._serve_elsewhere(SERVED)
+    with pytest.raises(EnvServedError, match=re.escape(f"is served by {SERVED} already; serve "
+                                                       "it once")):
+        EnvService(world)

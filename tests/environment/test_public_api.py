@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import types
+from pathlib import Path
 
 import populace.environment as environment
 from populace.core import PopulaceError
@@ -20,7 +22,37 @@ def test_all_is_exactly_the_public_names() -> None:
 
 
 def test_errors_hang_under_populace_error() -> None:
-    for name in ("EnvError", "UnknownKeyError", "DuplicateKeyError", "ServiceClosed"):
+    for name in ("EnvError", "UnknownKeyError", "DuplicateKeyError", "ServiceClosed",
+                 "EnvServedError"):
         assert issubclass(getattr(environment, name), PopulaceError)
     assert issubclass(environment.UnknownKeyError, KeyError)
     assert issubclass(environment.DuplicateKeyError, ValueError)
+
+
+def imported_modules(package: Path) -> dict[str, set[str]]:
+    """Every module each file of ``package`` imports (absolute names), at any depth."""
+    out: dict[str, set[str]] = {}
+    for path in sorted(package.glob("*.py")):
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module)
+        out[path.name] = names
+    return out
+
+
+def test_the_environment_uses_only_the_public_core_and_never_ray() -> None:
+    imports = imported_modules(Path(environment.__file__).parent)
+    assert imports, "no files found"
+    for name, modules in imports.items():
+        assert not {m for m in modules if m == "ray" or m.startswith("ray.")}, name
+        ours = {m for m in modules if m.startswith("populace") and m != "populace.core"}
+        assert not ours, f"{name} imports {sorted(ours)}: only populace.core's public names"
+
+
+def test_the_import_check_sees_ray_and_private_imports(tmp_path: Path) -> None:
+    (tmp_path / "bad.py").write_text("def f():\n    import ray.util\n"
+                                     "from populace.core._ray import RayBackend\n")
+    assert imported_modules(tmp_path) == {"bad.py": {"ray.util", "populace.core._ray"}}

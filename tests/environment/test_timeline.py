@@ -1,12 +1,24 @@
-"""Timeline: time of steps, rounds, listeners, mirroring into an environment."""
+"""Timeline: time of steps, rounds, listeners, mirroring into an environment or a service."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 import pytest
 
-from populace.environment import Env, Timeline, TimeStep
+from populace.core import Placeholder
+from populace.environment import (
+    Env,
+    EnvServedError,
+    EnvService,
+    Op,
+    Reply,
+    ServiceClosed,
+    Timeline,
+    TimeStep,
+)
 
 
 def test_datetime_timeline_advances_and_converts() -> None:
@@ -75,3 +87,91 @@ def test_mirror_keeps_an_env_key_in_step_and_state_round_trips() -> None:
     other = Timeline(datetime(2024, 1, 1), timedelta(days=1))
     other.set_state(t.get_state())
     assert other.now == t.now
+
+
+# -- mirroring through a service (what serve() returns on every backend) --------------------
+
+
+async def test_mirror_through_a_service_registers_then_sets_each_step() -> None:
+    env = Env()
+    t = Timeline(datetime(2024, 1, 1), timedelta(days=1))
+    async with EnvService(env) as service:
+        t.mirror(service, "today")
+        await t.synced()
+        assert env.query("today") == datetime(2024, 1, 1) and env.owner("today") == "timeline"
+        seen: list[object] = []
+        await service.monitor(lambda e: seen.append(e.new), key="today")
+        t.advance(2)
+        await t.synced()
+        assert await service.query("today") == datetime(2024, 1, 3)
+        assert seen == [datetime(2024, 1, 2), datetime(2024, 1, 3)]
+        t.set_state({"step": 10})
+        await t.synced()
+        assert await service.query("today") == datetime(2024, 1, 11)
+
+
+async def test_mirror_through_a_service_onto_an_existing_key_keeps_its_owner() -> None:
+    env = Env()
+    env.register("day", -1.0, owner="scenario")
+    t = Timeline(0.0, 1.0)
+    async with EnvService(env) as service:
+        t.mirror(service, "day")
+        t.advance()
+        await t.synced()
+        assert (env.query("day"), env.owner("day")) == (1.0, "scenario")
+
+
+async def test_a_failed_mirror_write_is_raised_never_dropped(
+        caplog: pytest.LogCaptureFixture) -> None:
+    env = Env()
+    t = Timeline(0.0, 1.0)
+    service = EnvService(env)
+    t.mirror(service, "day")
+    await service.aclose()
+    with pytest.raises(ServiceClosed, match="closed"):
+        t.advance()  # a closed local service refuses at once
+    assert t.step == 1
+
+    class Failing:
+        """Answers every batch with a failure, later (like a remote service that died)."""
+
+        def __init__(self) -> None:
+            self.pending: list[tuple[Placeholder[Reply], int]] = []
+
+        def submit(self, ops: Sequence[Op]) -> Placeholder[Reply]:
+            p: Placeholder[Reply] = Placeholder(asyncio.get_running_loop(), "batch")
+            self.pending.append((p, len(ops)))
+            return p
+
+        def fail(self) -> None:
+            pending, self.pending = self.pending, []
+            for p, n in pending:
+                p.set_result(Reply([None] * n, {n - 1: ServiceClosed("the service is gone")}))
+
+    other, remote = Timeline(0.0, 1.0), Failing()
+    other.mirror(remote, "day")
+    other.advance()
+    remote.fail()  # the first write (register, set) and the step-1 set fail
+    with pytest.raises(ServiceClosed, match="the service is gone") as info:
+        await other.synced()
+    assert "the timeline writing 'day' at step 0" in "".join(info.value.__notes__)
+    assert "timeline: writing 'day' at step 0" in caplog.text
+    other.advance()  # the failures raised once are not raised again
+    remote.fail()  # the step-2 write fails; nobody awaits synced() ...
+    await asyncio.sleep(0)
+    with pytest.raises(ServiceClosed, match="the service is gone") as info:
+        other.advance()  # ... so the next advance raises it, before moving
+    assert "at step 2" in "".join(info.value.__notes__)
+    assert other.step == 2
+
+
+def test_mirror_refuses_what_it_cannot_write_to() -> None:
+    t = Timeline(0.0, 1.0)
+    with pytest.raises(TypeError, match=r"an Env or an environment service \(what serve\(\) "
+                       r"returns\), got dict"):
+        t.mirror({}, "day")  # type: ignore[arg-type]
+    served = Env()
+    served._serve_elsewhere("a remote service (test)")
+    with pytest.raises(EnvServedError, match=r"`timeline\.mirror\(service, 'day'\)`, and "
+                       r"`await timeline\.synced\(\)`"):
+        t.mirror(served, "day")

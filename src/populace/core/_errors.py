@@ -7,7 +7,8 @@ Every error Populace raises on its own account derives from :class:`PopulaceErro
     ├── ModelError         an LLM call failed after its last retry
     ├── WorkerLost         a worker process died, taking its agents with it
     ├── CallTimeout        an agent call did not finish within its deadline
-    └── SimulationClosed   the simulation was stopped while a call was pending
+    ├── SimulationClosed   the simulation was stopped while a call was pending
+    └── ServiceLost        a service placed by a backend (Backend.place) is gone
 
 Errors raised by user code inside an agent are *not* wrapped: they re-raise with their
 original type where the placeholder is consumed, with a note naming the agent.
@@ -38,3 +39,8 @@ class CallTimeout(PopulaceError, TimeoutError):
 
 class SimulationClosed(PopulaceError):
     """The simulation was stopped while the call was still pending."""
+
+
+class ServiceLost(PopulaceError):
+    """A service placed by :meth:`Backend.place` died or was killed; every call on its
+    handle fails with this, naming the service and the cause."""

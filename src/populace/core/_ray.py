@@ -3,7 +3,9 @@
 Requests cross the wire as one actor call per worker per tick; outcomes come back through
 one long-poll per worker, batched. A placeholder still pending when it is sent to another
 worker travels as a :class:`RemoteRef`; the receiving worker fetches the value straight from
-the owning worker, not through the central process.
+the owning worker, not through the central process. Services (:meth:`RayBackend.place`) are
+actors too, preferably on the central process's node, reached through a
+:class:`RayServiceHandle`.
 
 Ray is optional (``pip install populace[ray]``) and imported only when this backend starts.
 """
@@ -18,25 +20,24 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ._agent import Agent
 from ._backend import Deliver, Request
 from ._columnar import pack
-from ._errors import ConfigError, WorkerLost
+from ._errors import ConfigError, ServiceLost, WorkerLost
 from ._gc import tune_gc
 from ._placeholder import Placeholder
 from ._walk import replace
-from ._worker import CallDone, GroupChunk, Update, Worker, WorkerGone, WorkerStats
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteRef:
-    """A pending single-call result owned by another worker."""
-
-    owner: int
-    call_id: int
+from ._worker import (
+    CallDone,
+    GroupChunk,
+    RemoteRef,
+    Update,
+    Worker,
+    WorkerGone,
+    WorkerStats,
+)
 
 
 class WorkerActor:
@@ -157,6 +158,78 @@ class WorkerActor:
             await self.worker.aclose()
 
 
+def _where() -> dict[str, Any]:
+    """Where this actor runs (the shape of ``worker_info()``)."""
+    import ray
+
+    return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()}
+
+
+def _hosted(cls: type[Any]) -> type[Any]:
+    """``cls`` with one method more, telling where it runs; under ``cls``'s own name, which
+    Ray gives the actor's process (``ray::ServiceActor``), so it can be found and killed."""
+
+    class Hosted(cls):
+        def __populace_where__(self) -> dict[str, Any]:
+            return _where()
+
+    Hosted.__name__ = cls.__name__
+    Hosted.__qualname__ = cls.__qualname__
+    Hosted.__module__ = cls.__module__
+    return Hosted
+
+
+class RayServiceHandle:
+    """A service living in a Ray actor (:meth:`RayBackend.place`); pickles to any worker.
+
+    ``call`` is one actor call; a dead actor's calls fail with :class:`ServiceLost`.
+    """
+
+    def __init__(self, actor: Any, name: str, info: dict[str, Any]) -> None:
+        self.actor = actor  # the Ray actor handle (tests kill it to play a crash)
+        self._name = name
+        self._info = info
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return dict(self._info)
+
+    def __repr__(self) -> str:
+        return f"<RayServiceHandle {self._name} pid={self._info.get('pid')}>"
+
+    def call(self, method: str, *args: Any) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        out: asyncio.Future[Any] = loop.create_future()
+        sent = asyncio.wrap_future(getattr(self.actor, method).remote(*args).future(),
+                                   loop=loop)
+
+        def done(f: asyncio.Future[Any]) -> None:
+            if out.done():  # the caller stopped waiting
+                return
+            if f.cancelled():
+                out.cancel()
+                return
+            error = f.exception()
+            if error is None:
+                out.set_result(f.result())
+                return
+            from ray.exceptions import RayActorError
+
+            if isinstance(error, RayActorError):
+                error = ServiceLost(f"{self._name} (pid {self._info.get('pid')}) died: "
+                                    f"{_cause(error)}")
+            out.set_exception(error)
+
+        sent.add_done_callback(done)
+        return out
+
+    def kill(self) -> None:
+        import ray
+
+        with contextlib.suppress(Exception):  # already gone
+            ray.kill(self.actor)
+
+
 class RayBackend:
     """Workers as Ray actors, on this machine or on the cluster at ``address``."""
 
@@ -176,6 +249,7 @@ class RayBackend:
         self._started_ray = False
         self._group = f"populace-{uuid.uuid4().hex[:8]}"
         self._deliver: Deliver | None = None
+        self._services: list[RayServiceHandle] = []
 
     @property
     def n_workers(self) -> int:
@@ -288,8 +362,33 @@ class RayBackend:
     def statistics(self) -> list[WorkerStats]:
         return list(self._stats)
 
-    async def stop(self) -> None:
+    async def place(self, cls: type[Any], *args: Any) -> RayServiceHandle:
+        """``cls(*args)`` in a new Ray actor reserving no CPU, preferably on the central
+        process's node (soft affinity); ``args`` are copied into it."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        if not ray.is_initialized():
+            raise RuntimeError("place() needs a started backend (inside `async with sim`)")
+        here = ray.get_runtime_context().get_node_id()
+        actor = ray.remote(_hosted(cls)).options(
+            num_cpus=0, max_concurrency=1000,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True),
+        ).remote(*args)
+        try:
+            info: dict[str, Any] = await actor.__populace_where__.remote()
+        except ray.exceptions.RayActorError as e:
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
+            raise ServiceLost(f"{cls.__name__} could not start: {_cause(e)}") from None
+        handle = RayServiceHandle(actor, cls.__name__, info)
+        self._services.append(handle)
+        return handle
+
+    async def stop(self) -> None:
+        services, self._services = self._services, []
+        for service in services:
+            service.kill()
         for t in self._pollers:
             t.cancel()
         for t in self._pollers:

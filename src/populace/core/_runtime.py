@@ -24,6 +24,7 @@ from ._worker import (
     CallRequest,
     GroupChunk,
     GroupRequest,
+    RemoteRef,
     Update,
     WorkerGone,
     WorkerStats,
@@ -326,7 +327,7 @@ class Simulation:
         outbox, self._outbox = self._outbox, {}
         if self._state != "running":
             return
-        remote = getattr(self._backend, "remote", False)
+        remote = self._backend.remote
         for worker, requests in outbox.items():
             if remote:
                 requests = [r for r in requests if self._externalize(worker, r)]
@@ -340,8 +341,6 @@ class Simulation:
         RemoteRefs that the receiving worker fetches from the owning worker directly; other
         pending ones (group results) are awaited here, then the request is sent.
         """
-        from ._ray import RemoteRef
-
         deps = find(req.args, _PLACEHOLDERS, [])
         if not deps:
             return True

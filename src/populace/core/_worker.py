@@ -47,6 +47,16 @@ class GroupRequest:
     each: Sequence[Any] | None = None  # one extra trailing argument per slot (scatter)
 
 
+@dataclass(frozen=True, slots=True)
+class RemoteRef:
+    """A pending single-call result owned by another worker: how a placeholder still pending
+    crosses a process boundary inside a request (the receiving worker fetches the value
+    from ``owner`` itself)."""
+
+    owner: int
+    call_id: int
+
+
 @dataclass(slots=True)
 class CallDone:
     call_id: int

@@ -6,15 +6,24 @@
   applied in arrival order, different keys in parallel up to ``max_concurrency``;
   :class:`EnvClient` batches a worker's operations of one tick into one message; :class:`Op`
   is an operation as picklable data.
-- :func:`serve` -- the service for a simulation: a Ray actor (:class:`RemoteEnvService`, same
-  API) on the Ray backend, in-process on the local one.
-- :class:`Timeline` -- the simulated clock; :class:`Map2D` -- positions and neighbours.
+- :func:`serve` -- the service for a simulation: placed by the backend in a process of its own
+  (:class:`RemoteEnvService`, same API) on the Ray backend, in-process on the local one. After
+  a remote ``serve`` the ``Env`` objects refuse direct use (:class:`EnvServedError`): read,
+  write and listen through the service, which works the same on every backend.
+- :class:`Timeline` -- the simulated clock (mirrored into an ``Env`` or through a service);
+  :class:`Map2D` -- positions and neighbours.
 
 Errors derive from :class:`EnvError` (itself a :class:`populace.core.PopulaceError`).
 """
 
 from ._env import Env, EnvEvent, EnvStats, EventKind
-from ._errors import DuplicateKeyError, EnvError, ServiceClosed, UnknownKeyError
+from ._errors import (
+    DuplicateKeyError,
+    EnvError,
+    EnvServedError,
+    ServiceClosed,
+    UnknownKeyError,
+)
 from ._listeners import ListenerError, Subscription
 from ._map import Map2D, MapStats, Watch
 from ._ops import EnvVerbs, Op, OpKind, Reply
@@ -29,6 +38,7 @@ __all__ = [
     "EnvClient",
     "EnvError",
     "EnvEvent",
+    "EnvServedError",
     "EnvService",
     "EnvStats",
     "EnvVerbs",

@@ -11,6 +11,12 @@ always creates the key locally, so a child may shadow an ancestor's key on purpo
 Values are plain data (numbers, strings, lists, dicts, arrays, dataclass records) and are
 treated as immutable: replace a value with ``update`` instead of mutating it in place, or
 listeners will not hear about the change and ``old`` in their events will be wrong.
+
+Once :func:`~populace.environment.serve` has copied a tree into a remote service (the Ray
+backend), the ``Env`` objects of that tree refuse every read, write and new listener with
+:class:`EnvServedError`, naming the service call to use instead: they are a stale copy, and
+using them would silently diverge from what the agents see. On the local backend the service
+owns the very same objects, so they keep working.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._errors import DuplicateKeyError, UnknownKeyError
+from ._errors import DuplicateKeyError, EnvServedError, UnknownKeyError
 from ._listeners import ErrorLog, ListenerError, Subscription, call_listener
 
 EventKind = Literal["register", "update", "delete"]
@@ -85,6 +91,32 @@ def check_value(value: Any) -> None:
                         "await placeholders and coroutines before storing their results")
 
 
+# What to use instead of each Env method once its tree is served remotely: what would go
+# wrong, the service's method, its leading arguments ("{key}": the refused call's key) and a
+# note. Methods that take env= are given the environment's path when it is not the root.
+_STALE = "a read of this Env object would be stale"
+_LOST = "a write to this Env object would never reach the agents"
+_INSTEAD: dict[str, tuple[str, str, tuple[str, ...], str]] = {
+    "query": (_STALE, "query", ("{key}",), ""),
+    "query_prefix": (_STALE, "query_prefix", ("{key}",), ""),
+    "query_where": (_STALE, "query_where", ("predicate",), ""),
+    "contains": (_STALE, "query", ("{key}",), "it raises UnknownKeyError for a missing key"),
+    "owner": (_STALE, "fetch_state", (), "owners are under 'owners'"),
+    "register": (_LOST, "register", ("{key}", "value"), ""),
+    "update": (_LOST, "update", ("{key}", "value"), "or fn="),
+    "delete": (_LOST, "delete", ("{key}",), ""),
+    "set_state": (_LOST, "load_state", ("state",), ""),
+    "monitor": ("a listener on this Env object would never hear a change", "monitor",
+                ("listener", "key={key}"), "it runs where the environment lives"),
+    "statistics": (_STALE, "fetch_statistics", (), ""),
+    "listener_errors": (_STALE, "fetch_statistics", (), "env.listener_errors counts them"),
+    "get_state": (_STALE, "fetch_state", (), ""),
+}
+_CLIENT_VERBS = frozenset(("query", "query_prefix", "query_where", "register", "update",
+                           "delete"))
+_TAKE_ENV = _CLIENT_VERBS | {"monitor"}
+
+
 def _check_key(key: Any) -> None:
     if type(key) is not str:
         raise TypeError(f"environment keys are strings, got {type(key).__name__}: {key!r}")
@@ -143,7 +175,7 @@ class Env:
 
     __slots__ = ("__weakref__", "_by_key", "_children", "_data", "_descendant_listeners",
                  "_errors", "_general", "_listener_calls", "_n_listeners", "_name", "_owners",
-                 "_parent", "_path", "_reads", "_tree", "_writes")
+                 "_parent", "_path", "_reads", "_served", "_tree", "_writes")
 
     def __init__(self, name: str = "global", parent: Env | None = None) -> None:
         if not isinstance(name, str) or not name or "/" in name:
@@ -161,10 +193,15 @@ class Env:
         self._reads = 0
         self._writes = 0
         self._listener_calls = 0
+        # Where the tree is served when that is another process (see serve()): this object
+        # is then a stale copy and refuses to be used.
+        self._served: str | None = None
         if parent is None:
             self._path = name
             self._tree = _Tree()
         else:
+            if parent._served is not None:
+                raise parent._refuse("child")
             if name in parent._children:
                 raise ValueError(f"environment {parent._path!r} already has a child {name!r}")
             parent._children[name] = self
@@ -217,7 +254,49 @@ class Env:
         return env
 
     def __repr__(self) -> str:
+        if self._served is not None:
+            return f"<Env {self._path!r}: served by {self._served}>"
         return f"<Env {self._path!r}: {len(self._data)} keys, {len(self._children)} children>"
+
+    # -- served elsewhere --------------------------------------------------------------------
+    def _serve_elsewhere(self, where: str) -> None:
+        """Mark every environment of this tree as copied into the service at ``where``."""
+        stack = [self.root]
+        while stack:
+            env = stack.pop()
+            env._served = where
+            stack.extend(env._children.values())
+
+    def _refuse(self, verb: str, key: str | None = None) -> EnvServedError:
+        """The error for calling ``verb`` on this environment while it is served elsewhere."""
+        head = f"environment {self._path!r} is served by {self._served}"
+        if verb == "child":
+            return EnvServedError(f"{head}: a child added to this Env object would not exist "
+                                  "in the service; add every child environment before serve()")
+        if verb == "serve":
+            return EnvServedError(f"{head} already; serve it once and share that service")
+        consequence, method, leading, note = _INSTEAD[verb]
+        args = [a.format(key="key" if key is None else repr(key)) for a in leading
+                if key is not None or a != "key={key}"]
+        if method in _TAKE_ENV and self._parent is not None:
+            args.append(f"env={self._path!r}")
+        call = f"await service.{method}({', '.join(args)})"
+        agents = ", or an EnvClient in agents" if method in _CLIENT_VERBS else ""
+        return EnvServedError(
+            f"{head}: {consequence}. Use the service that serve() returned instead: `{call}`"
+            f"{f' ({note})' if note else ''}{agents}; that works on every backend")
+
+    def _oldest_listener(self) -> tuple[Env, _Listener] | None:
+        """The first listener still subscribed anywhere in this environment's tree."""
+        found: list[tuple[Env, _Listener]] = []
+        stack = [self.root]
+        while stack:
+            env = stack.pop()
+            for group in env._by_key.values():
+                found.extend((env, entry) for entry in group)
+            found.extend((env, entry) for entry in env._general)
+            stack.extend(env._children.values())
+        return min(found, key=lambda pair: pair[1].seq) if found else None
 
     # -- reads -------------------------------------------------------------------------------
     def _home(self, key: str) -> Env | None:
@@ -231,6 +310,8 @@ class Env:
 
     def query(self, key: str) -> Any:
         """The value of ``key`` here or, failing that, in the nearest ancestor holding it."""
+        if self._served is not None:
+            raise self._refuse("query", key)
         self._reads += 1
         value = self._data.get(key, _MISSING)
         if value is not _MISSING:
@@ -245,10 +326,14 @@ class Env:
         raise UnknownKeyError(key, self._path)
 
     def __contains__(self, key: object) -> bool:
+        if self._served is not None:
+            raise self._refuse("contains", key if isinstance(key, str) else None)
         return isinstance(key, str) and self._home(key) is not None
 
     def owner(self, key: str) -> Any:
         """The owner given when ``key`` was registered (``None`` if none was given)."""
+        if self._served is not None:
+            raise self._refuse("owner", key)
         home = self._home(key)
         if home is None:
             raise UnknownKeyError(key, self._path)
@@ -265,6 +350,8 @@ class Env:
 
     def query_prefix(self, prefix: str, *, inherited: bool = True) -> dict[str, Any]:
         """Every visible key starting with ``prefix`` and its value (scans the keys)."""
+        if self._served is not None:
+            raise self._refuse("query_prefix", prefix)
         self._reads += 1
         out: dict[str, Any] = {}
         for env in self._chain(inherited):
@@ -276,6 +363,8 @@ class Env:
     def query_where(self, predicate: Callable[[str, Any], bool], *,
                     inherited: bool = True) -> dict[str, Any]:
         """Every visible ``key: value`` for which ``predicate(key, value)`` is true."""
+        if self._served is not None:
+            raise self._refuse("query_where")
         self._reads += 1
         visible: dict[str, Any] = {}
         for env in self._chain(inherited):
@@ -285,6 +374,8 @@ class Env:
     # -- writes ------------------------------------------------------------------------------
     def register(self, key: str, value: Any, owner: Any = None) -> None:
         """Create ``key`` in this environment (it may shadow an ancestor's key)."""
+        if self._served is not None:
+            raise self._refuse("register", key)
         _check_key(key)
         if key in self._data:
             raise DuplicateKeyError(key, self._path)
@@ -302,6 +393,8 @@ class Env:
         The key is changed where it lives (here or in an ancestor). ``fn`` must be a plain
         function; for ``async`` read-modify-write go through an :class:`EnvService`.
         """
+        if self._served is not None:
+            raise self._refuse("update", key)
         if (value is _MISSING) == (fn is None):
             raise TypeError("update() takes either a value or fn=, not both or neither")
         home = self._home(key)
@@ -319,6 +412,8 @@ class Env:
 
     def delete(self, key: str) -> Any:
         """Remove ``key`` from the environment that holds it; returns its last value."""
+        if self._served is not None:
+            raise self._refuse("delete", key)
         home = self._home(key)
         if home is None:
             _check_key(key)
@@ -349,6 +444,8 @@ class Env:
 
         >>> sub = env.monitor(lambda e: print(e.key, e.new), key="price")  # doctest: +SKIP
         """
+        if self._served is not None:
+            raise self._refuse("monitor", key)
         if not callable(listener):
             raise TypeError(f"listener must be callable, got {listener!r}")
         if key is not None and prefix is not None:
@@ -430,10 +527,14 @@ class Env:
 
     def listener_errors(self) -> list[ListenerError]:
         """The latest failures of listeners subscribed on this environment, oldest first."""
+        if self._served is not None:
+            raise self._refuse("listener_errors")
         return self._errors.records()
 
     # -- observation and checkpoints -----------------------------------------------------------
     def statistics(self) -> EnvStats:
+        if self._served is not None:
+            raise self._refuse("statistics")
         monitored: dict[str, Any] = {}
         for key in self._by_key:
             home = self._home(key)
@@ -456,6 +557,8 @@ class Env:
 
         Listeners are not part of the state: they belong to the code that set them up.
         """
+        if self._served is not None:
+            raise self._refuse("get_state")
         return {
             "name": self._name,
             "data": dict(self._data),
@@ -468,6 +571,8 @@ class Env:
 
         Children named in ``state`` are created if missing; other children are left alone.
         """
+        if self._served is not None:
+            raise self._refuse("set_state")
         data = dict(state["data"])
         for key, value in data.items():
             _check_key(key)

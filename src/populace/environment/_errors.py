@@ -6,7 +6,9 @@ Every one derives from :class:`populace.core.PopulaceError`::
     └── EnvError              root of the environment errors
         ├── UnknownKeyError   the key is in neither the environment nor its ancestors (KeyError)
         ├── DuplicateKeyError register() of a key the environment already holds (ValueError)
-        └── ServiceClosed     an EnvService was closed while the operation was pending
+        ├── ServiceClosed     an EnvService was closed while the operation was pending
+        └── EnvServedError    an Env object used directly after serve() copied it into a
+                              remote service (its reads would be stale, its writes lost)
 """
 
 from __future__ import annotations
@@ -45,3 +47,9 @@ class DuplicateKeyError(EnvError, ValueError):
 
 class ServiceClosed(EnvError):
     """The environment service was closed while the operation was still pending."""
+
+
+class EnvServedError(EnvError):
+    """The ``Env`` object was used directly, but :func:`serve` copied it into a remote
+    service: reads there would be stale and writes lost. The message names the service
+    call to use instead (the same call works on every backend)."""

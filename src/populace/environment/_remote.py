@@ -1,14 +1,20 @@
-"""The environment service in its own process: a Ray actor, used through the same API.
+"""The environment service in its own process, used through the same API.
 
-:func:`serve` is the one entry point: given a running :class:`~populace.core.Simulation` on
-the Ray backend it starts an :class:`EnvService` inside a Ray actor and returns a
-:class:`RemoteEnvService`, a small picklable proxy that agents on any worker (and the central
-process) use exactly like a local service -- ``PerWorker(EnvClient, service)`` batches each
-worker's operations of one tick into one actor call. On the local backend it returns a plain
-:class:`EnvService` running as tasks of the simulation's own event loop.
+:func:`serve` is the one entry point. On a remote backend (Ray) it asks the backend to place
+an :class:`EnvService` in a process of its own (``Backend.place``: a Ray actor on the central
+process's node) and returns a :class:`RemoteEnvService`, a small picklable proxy that agents
+on any worker (and the central process) use exactly like a local service --
+``PerWorker(EnvClient, service)`` batches each worker's operations of one tick into one call.
+On the local backend it returns a plain :class:`EnvService` running as tasks of the
+simulation's own event loop, which owns the caller's ``Env`` object itself.
 
-Listeners run where the environment lives. On a remote service, :meth:`RemoteEnvService.monitor`
-ships the listener to the actor; the values of monitored keys come back with
+After a remote ``serve`` the caller's ``Env`` tree is a stale copy: it refuses reads, writes
+and new listeners with :class:`EnvServedError`, naming the service call to use instead, so
+nothing diverges silently. Code written against the service (``await service.update(...)``,
+``await service.monitor(...)``, ``Timeline.mirror(service)``) runs unchanged on every backend.
+
+Listeners run where the environment lives. :meth:`RemoteEnvService.monitor` ships the
+listener to the service's process; the values of monitored keys come back with
 :meth:`RemoteEnvService.fetch_statistics`, which is what run statistics and the studio show.
 """
 
@@ -16,14 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from populace.core import Placeholder
+from populace.core import Placeholder, ServiceHandle, ServiceLost
 
 from ._env import Env, EnvEvent, EventKind
-from ._errors import ServiceClosed
+from ._errors import EnvServedError, ServiceClosed
 from ._ops import Op, Reply, SubmitVerbs
 from ._service import EnvService, ServiceStats
 
@@ -32,17 +37,13 @@ if TYPE_CHECKING:
 
 
 class ServiceActor:
-    """Hosts one :class:`EnvService` inside a Ray actor (an async actor: one event loop)."""
+    """The object a backend places for :func:`serve`: one :class:`EnvService` on its own
+    event loop (in a Ray actor, ``ray::ServiceActor``)."""
 
     def __init__(self, state: dict[str, Any], max_concurrency: int) -> None:
         env = Env(state["name"])
         env.set_state(state)
         self.service = EnvService(env, max_concurrency=max_concurrency)
-
-    async def ready(self) -> dict[str, Any]:
-        import ray
-
-        return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()}
 
     async def apply_batch(self, ops: list[Op]) -> Reply:
         reply: Reply = await self.service.submit(ops)
@@ -68,46 +69,49 @@ class ServiceActor:
 
 
 class RemoteEnvService(SubmitVerbs):
-    """A proxy to an :class:`EnvService` living in a Ray actor; pickles to any worker.
+    """A proxy to an :class:`EnvService` placed in another process; pickles to any worker.
 
     It has the service's verbs (``query``, ``update``, ``incr``, … and ``apply``) and its
     batched :meth:`submit`, so :class:`EnvClient` wraps it as it wraps a local service.
-    If the actor dies, every pending and later operation fails with :class:`ServiceClosed`
-    naming the cause.
+    If the service's process dies, every pending and later operation fails with
+    :class:`ServiceClosed` naming the cause.
     """
 
-    def __init__(self, actor: Any, info: dict[str, Any], max_concurrency: int) -> None:
-        self._actor = actor
-        self.info = info
+    def __init__(self, handle: ServiceHandle, max_concurrency: int) -> None:
+        self._handle = handle
         self._max = max_concurrency
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (RemoteEnvService, (self._actor, self.info, self._max))
+        return (RemoteEnvService, (self._handle, self._max))
 
     def __repr__(self) -> str:
         return (f"<RemoteEnvService pid={self.info.get('pid')} "
                 f"max_concurrency={self._max}>")
 
     @property
+    def info(self) -> dict[str, Any]:
+        """Where the service runs: ``{"pid", "node"}``."""
+        return self._handle.info
+
+    @property
     def max_concurrency(self) -> int:
         return self._max
 
     def submit(self, ops: Sequence[Op]) -> Placeholder[Reply]:
-        """Send ``ops`` as one actor call; a placeholder of their :class:`Reply`."""
+        """Send ``ops`` as one call; a placeholder of their :class:`Reply`."""
         loop = asyncio.get_running_loop()
         n = len(ops)
         placeholder: Placeholder[Reply] = Placeholder(loop, "environment batch")
-        future = asyncio.wrap_future(self._actor.apply_batch.remote(list(ops)).future(),
-                                     loop=loop)
+        future = self._handle.call("apply_batch", list(ops))
 
         def done(f: asyncio.Future[Reply]) -> None:
             error = f.exception()
             if error is None:
                 placeholder.set_result(f.result())
                 return
-            # Only a dead actor means the service is gone. Any other failure of the call
-            # (an op's function that cannot be unpickled in the actor's process, say) failed
-            # this batch alone while the service lives on: each op gets that error itself.
+            # Only a lost service means the service is gone. Any other failure of the call
+            # (an op's function that cannot be unpickled in the service's process, say)
+            # failed this batch alone while the service lives on: each op gets that error.
             placeholder.set_result(Reply([None] * n, {i: _copy(_as_closed(error))
                                                       for i in range(n)}))
 
@@ -122,32 +126,27 @@ class RemoteEnvService(SubmitVerbs):
 
         ``listener`` is pickled to the service's process and runs there.
         """
-        await _ask(self._actor.monitor.remote(listener, key, prefix, event, descendants, env))
+        await _ask(self._handle.call("monitor", listener, key, prefix, event, descendants,
+                                     env))
 
     async def fetch_statistics(self) -> ServiceStats:
-        stats: ServiceStats = await _ask(self._actor.statistics.remote())
+        stats: ServiceStats = await _ask(self._handle.call("statistics"))
         return stats
 
     async def fetch_state(self) -> dict[str, Any]:
-        state: dict[str, Any] = await _ask(self._actor.get_state.remote())
+        state: dict[str, Any] = await _ask(self._handle.call("get_state"))
         return state
 
     async def load_state(self, state: dict[str, Any]) -> None:
-        await _ask(self._actor.set_state.remote(state))
+        await _ask(self._handle.call("set_state", state))
 
     async def aclose(self) -> None:
-        """Stop the actor (pending async updates fail with :class:`ServiceClosed`)."""
-        import ray
-
+        """Stop the service (pending async updates fail with :class:`ServiceClosed`)."""
         try:
-            await asyncio.wait_for(self._actor.close.remote(), timeout=5)
+            await asyncio.wait_for(self._handle.call("close"), timeout=5)
         except Exception:  # already gone: nothing left to close
             pass
-        try:
-            ray.kill(self._actor)
-        except Exception:
-            pass
-
+        self._handle.kill()
 
     async def __aenter__(self) -> RemoteEnvService:
         return self
@@ -162,10 +161,8 @@ def _first_line(error: BaseException) -> str:
 
 
 def _as_closed(error: BaseException) -> BaseException:
-    """A dead actor's error as :class:`ServiceClosed`; any other error as it is."""
-    from ray.exceptions import RayActorError
-
-    if isinstance(error, RayActorError):
+    """A lost service's error as :class:`ServiceClosed`; any other error as it is."""
+    if isinstance(error, ServiceLost):
         return ServiceClosed(f"the environment service is gone: {_first_line(error)}")
     return error
 
@@ -178,10 +175,10 @@ def _copy(error: BaseException) -> BaseException:
         return error
 
 
-async def _ask(ref: Any) -> Any:
-    """Await an actor call; a dead actor raises :class:`ServiceClosed`, as the verbs do."""
+async def _ask(call: asyncio.Future[Any]) -> Any:
+    """Await a call; a lost service raises :class:`ServiceClosed`, as the verbs do."""
     try:
-        return await ref
+        return await call
     except Exception as error:
         closed = _as_closed(error)
         if closed is error:
@@ -193,26 +190,57 @@ async def serve(env: Env, sim: Simulation | None = None, *,
                 max_concurrency: int = 64) -> EnvService | RemoteEnvService:
     """Serve ``env`` to the agents of ``sim``: remote on the Ray backend, local otherwise.
 
-    On Ray the environment's keys and children (not its listeners: subscribe those through
-    :meth:`RemoteEnvService.monitor`) are copied into a new actor on the central process's
-    node; afterwards read and write only through the returned service. Close it with
-    ``await service.aclose()`` before the simulation stops.
+    Locally the returned :class:`EnvService` owns ``env`` itself, so the ``Env`` object stays
+    usable (though writes to it bypass the service's per-key queues). On a remote backend the
+    tree's keys and children are copied into a service of its own, near the central
+    process; the ``Env`` objects then refuse every use with :class:`EnvServedError` (they
+    would be stale), and listeners must be added afterwards, through
+    ``await service.monitor(...)`` (``serve`` refuses a tree that has some). Code that
+    reads, writes and listens through the service runs the same on every backend. Close it
+    with ``await service.aclose()`` (or ``async with``) before the simulation stops.
 
     >>> service = await serve(Env("global"), sim)                       # doctest: +SKIP
     >>> people = await sim.create(Person, 10_000,
     ...                           init={"env": PerWorker(EnvClient, service)})  # doctest: +SKIP
     """
-    if sim is None or not getattr(sim.backend, "remote", False):
+    if env._served is not None:
+        raise env._refuse("serve")
+    if sim is None or not sim.backend.remote:
         return EnvService(env, max_concurrency=max_concurrency)
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     if max_concurrency < 1:
         raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
-    here = ray.get_runtime_context().get_node_id()
-    actor: Any = ray.remote(ServiceActor).options(
-        num_cpus=0, max_concurrency=1000,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True),
-    ).remote(env.get_state(), max_concurrency)
-    info: dict[str, Any] = await actor.ready.remote()
-    return RemoteEnvService(actor, info, max_concurrency)
+    _refuse_listeners(env, sim.backend.name)
+    handle = await sim.backend.place(ServiceActor, env.get_state(), max_concurrency)
+    env._serve_elsewhere(f"a remote service ({sim.backend.name}, pid {handle.info.get('pid')})")
+    return RemoteEnvService(handle, max_concurrency)
+
+
+def _refuse_listeners(env: Env, backend: str) -> None:
+    """Listeners stay behind when a tree is copied into another process: name the first."""
+    found = env._oldest_listener()
+    if found is None:
+        return
+    holder, entry = found
+    args = ["listener"]
+    if entry.key is not None:
+        args.append(f"key={entry.key!r}")
+        what = f"on key {entry.key!r}"
+    elif entry.prefix is not None:
+        args.append(f"prefix={entry.prefix!r}")
+        what = f"on keys starting with {entry.prefix!r}"
+    else:
+        what = "on every key"
+    if entry.descendants:
+        args.append("descendants=True")
+    if holder.parent is not None:
+        args.append(f"env={holder.path!r}")
+    raise EnvServedError(
+        f"environment {holder.path!r} has a listener {what} ({_name(entry.fn)}), added with "
+        f"Env.monitor() before serve(); on the {backend} backend the environment moves to "
+        "a process of its own, where that listener would never run. Add it after serve(): "
+        f"`await service.monitor({', '.join(args)})`, which runs it where the environment "
+        "lives on every backend")
+
+
+def _name(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)

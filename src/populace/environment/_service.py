@@ -102,9 +102,12 @@ class EnvService(SubmitVerbs):
     """Serves one environment tree to many agents, with per-key ordering.
 
     Keys are queued where they live: ops from two group environments on a key of their
-    common parent share one queue. While the service runs, write through it rather than to
-    :attr:`env` directly: a direct write can land between the read and the write of an
-    ``async`` update holding the key (reads and listeners on :attr:`env` are fine).
+    common parent share one queue. The service owns the very ``Env`` object it was given
+    (this is what :func:`serve` returns on the local backend), so direct use of that object
+    is seen by the agents; still, write through the service rather than to :attr:`env`
+    directly: a direct write can land between the read and the write of an ``async`` update
+    holding the key (reads and listeners on :attr:`env` are fine), and only code written
+    against the service also runs on a remote backend.
 
     To serve from another process, wrap it in an actor exposing ``apply`` (ops and
     :class:`Reply` pickle; ``submit`` needs the caller's loop and stays local).
@@ -121,6 +124,8 @@ class EnvService(SubmitVerbs):
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
         self._env = env if env is not None else Env("global")
+        if self._env._served is not None:
+            raise self._env._refuse("serve")
         self._max = max_concurrency
         self._loop: asyncio.AbstractEventLoop | None = None
         self._envs: dict[str | None, Env] = {None: self._env}
