@@ -77,12 +77,12 @@ def test_every_command_in_the_tutorial_works(tmp_path: Path) -> None:
     assert "education.yaml" in out and "scale_1m.yaml" in out  # ls examples/paper
     assert (work / "runs" / "education" / "figures" / "by_education.png").exists()
     mine = read_summary(work / "runs" / "mine")
-    means = [r["mean"] for r in mine["rounds"]]
+    means = [r["mean"] for r in mine["steps"]]
     assert len(means) == 4 and means == sorted(means, reverse=True)
     assert {"by_profession.png", "by_age.png", "mean_by_round.png"} <= {
         p.name for p in (work / "runs" / "mine" / "figures").iterdir()}
     half = read_summary(work / "runs" / "mine-half")
-    assert half["rounds"][0]["target"] == pytest.approx(half["rounds"][0]["mean"] / 2)
+    assert half["steps"][0]["target"] == pytest.approx(half["steps"][0]["mean"] / 2)
     index = json.loads((work / "runs" / "my-sweep" / "sweep.json").read_text())
     assert [p["status"] for p in index["points"]] == ["completed", "completed"]
     assert (work / "runs" / "my-sweep" / "report.html").exists()

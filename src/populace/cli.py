@@ -16,12 +16,11 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from populace._procmem import PeakMemory
 from populace.config import load_config, read_yaml, validate
-from populace.core import ConfigError, ModelError, PopulaceError, WorkerLost
+from populace.core import ConfigError, PopulaceError, WorkerLost
 from populace.launch import (
     MAX_RECOVERIES,
     ConsoleObserver,
@@ -32,7 +31,7 @@ from populace.launch import (
     run_until_signalled,
 )
 from populace.results import RunDirectory, RunMonitor
-from populace.scenarios.guess_number import RoundOutcome, RunConfig, Timings, play
+from populace.scenarios.guess_number import RunConfig, Timings, play
 
 app = typer.Typer(
     add_completion=False,
@@ -46,7 +45,6 @@ err = Console(stderr=True)
 EXIT_CONFIG = 2
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
-SCENARIOS = {"guess_number": RunConfig}
 
 
 class _Fail(Exception):
@@ -57,47 +55,13 @@ class _Fail(Exception):
         self.code = code
 
 
-def _fmt(value: float | None, spec: str = ".2f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
-class RichReporter:
-    """Progress bar per round and a one-line result after each."""
-
-    def __init__(self, rounds: int, console: Console) -> None:
-        self.rounds = rounds
-        self.console = console
-        self.progress = Progress(
-            TextColumn("[bold]round {task.fields[round]}/{task.fields[rounds]}"),
-            BarColumn(), MofNCompleteColumn(), TextColumn("agents"), TimeElapsedColumn(),
-            console=console, transient=True,
-        )
-        self.task: Any = None
-
-    def round_started(self, round_no: int, total: int) -> None:
-        self.progress.start()
-        self.task = self.progress.add_task("", total=total, round=round_no, rounds=self.rounds)
-
-    def round_progress(self, round_no: int, done: int, total: int) -> None:
-        self.progress.update(self.task, completed=done)
-
-    def round_finished(self, o: RoundOutcome, wall_s: float) -> None:
-        self.progress.remove_task(self.task)
-        self.progress.stop()
-        self.console.print(
-            f"round {o.round}/{self.rounds}: n={o.n} valid={o.n_valid} mean={_fmt(o.mean)} "
-            f"median={_fmt(o.median)} std={_fmt(o.std)} target={_fmt(o.target)} "
-            f"winner={_fmt(o.winner_number, 'g')} [dim]({wall_s:.2f} s)[/dim]",
-            soft_wrap=True,  # one line per round, even in a narrow or piped terminal
-        )
-
-
 def _load(config: Path, overrides: dict[str, Any]) -> RunConfig:
+    """The game's run file (for commands that only the game has, such as backgrounds)."""
     scenario = read_yaml(config).get("scenario", "guess_number")
-    if not isinstance(scenario, str) or scenario not in SCENARIOS:
-        raise ConfigError(f"{config}: scenario: unknown scenario {scenario!r} (expected one "
-                          f"of: {', '.join(SCENARIOS)}, or a path to a .py file)")
-    return load_config(config, SCENARIOS[scenario], overrides)
+    if scenario != "guess_number":
+        raise ConfigError(f"{config}: scenario: this command needs the guess_number game, "
+                          f"got {scenario!r}")
+    return load_config(config, RunConfig, overrides)
 
 
 def _scenario_error(run_file: RunFile, error: Exception, run_dir: RunDirectory) -> str:
@@ -115,12 +79,13 @@ def _scenario_error(run_file: RunFile, error: Exception, run_dir: RunDirectory) 
             f"{error} (traceback in {saved})")
 
 
-def _step_table(summary: dict[str, Any], shown: int = 6) -> Table:
-    """Steps × metrics (the first ``shown`` scalar metrics) of a launcher run."""
+def _step_table(summary: dict[str, Any], shown: tuple[str, ...] | None, most: int = 6
+                ) -> Table:
+    """Steps × metrics (``shown``, else the first ``most`` scalar ones) of a run."""
     steps = summary["steps"]
-    names = list(dict.fromkeys(k for e in steps for k, v in e.items()
-                               if k not in ("step", "wall_s")
-                               and (v is None or isinstance(v, int | float | str))))[:shown]
+    names = list(shown) if shown is not None else list(dict.fromkeys(
+        k for e in steps for k, v in e.items() if k not in ("step", "wall_s")
+        and (v is None or isinstance(v, int | float | str))))[:most]
     table = Table(title=f"{summary['name']}: {summary['agents']:,} agents, "
                         f"{len(steps)}/{summary['steps_planned']} steps, {summary['status']}")
     for col in ("step", *names, "wall s"):
@@ -159,6 +124,8 @@ def _launch(run_file: RunFile, run_dir: RunDirectory, *, resume: bool, replay: P
         code = EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
         raise _Fail(f"stopped; finished steps are in {run_dir.path}; continue with: "
                     f"populace run --resume {run_dir.path}", code) from None
+    except ConfigError:
+        raise  # a run file or run directory that does not fit: exit 2
     except PopulaceError as e:
         raise _Fail(f"{type(e).__name__}: {e}; finished steps are in {run_dir.path}; continue "
                     f"with: populace run --resume {run_dir.path}", 1) from None
@@ -168,7 +135,7 @@ def _launch(run_file: RunFile, run_dir: RunDirectory, *, resume: bool, replay: P
         observer.progress.stop()
         if server is not None:
             server.stop(linger=1.0)  # open pages get the final state first
-    out.print(_step_table(summary))
+    out.print(_step_table(summary, run_file.scenario.shown))
     if summary["status"] == "stopped":
         out.print(f"stopped from the studio; finished steps are in {run_dir.path}; continue "
                   f"with: populace run --resume {run_dir.path}", soft_wrap=True)
@@ -181,25 +148,6 @@ def _run_dir(target: Path, resume: bool) -> RunDirectory:
         return RunDirectory(target) if resume else RunDirectory.create(target)
     except FileExistsError as e:
         raise _Fail(str(e), EXIT_CONFIG) from None
-
-
-def _models_text(cfg: RunConfig) -> str:
-    """``model qwen``, or ``models qwen (2/3), llama (1/3)`` when they are mixed."""
-    if cfg.assign is None:
-        return f"model {cfg.model_name}"
-    return "models " + ", ".join(f"{name} ({share})" for name, share in cfg.assign.items())
-
-
-def _summary_table(summary: dict[str, Any]) -> Table:
-    table = Table(title=f"{summary['name']}: {summary['agents']:,} agents, "
-                        f"model {summary['model']}, {summary['status']}")
-    for col in ("round", "valid", "mean", "median", "std", "target", "winner", "wall s"):
-        table.add_column(col, justify="right")
-    for r in summary["rounds"]:
-        table.add_row(str(r["round"]), f"{r['n_valid']}/{r['n']}", _fmt(r["mean"]),
-                      _fmt(r["median"]), _fmt(r["std"]), _fmt(r["target"]),
-                      _fmt(r["winner_number"], "g"), f"{r['wall_s']:.2f}")
-    return table
 
 
 @app.command()
@@ -244,66 +192,15 @@ def run(
         _run_sweep(config, {"agents": agents, "rounds": rounds, "workers": workers, "seed": seed,
                             "backend": backend, "address": address}, out_dir, replay)
         return
-    if read_yaml(config).get("scenario", "guess_number") != "guess_number":
-        run_file = load_run_file(config, {"agents": agents, "steps": rounds, "seed": seed,
-                                          "workers": workers, "backend": backend,
-                                          "address": address})
-        if replay is not None and not (replay / "llm_calls").is_dir():
-            raise ConfigError(f"--replay {replay}: no llm_calls/ recording in that directory")
-        target = out_dir or Path("runs") / f"{run_file.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-        _launch(run_file, _run_dir(target, resume is not None), resume=resume is not None,
-                replay=replay, studio_port=studio_port if studio else None)
-        return
-    cfg = _load(config, {"agents": agents, "rounds": rounds, "workers": workers, "seed": seed,
-                         "backend": backend, "address": address})
+    run_file = load_run_file(config, {"agents": agents, "steps": rounds, "seed": seed,
+                                      "workers": workers, "backend": backend,
+                                      "address": address})
     if replay is not None and not (replay / "llm_calls").is_dir() \
-            and any(m.provider != "dummy" for m in cfg.models.values()):
+            and any(m.provider != "dummy" for m in run_file.options.models.values()):
         raise ConfigError(f"--replay {replay}: no llm_calls/ recording in that directory")
-    target = out_dir or Path("runs") / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    try:
-        run_dir = RunDirectory(target) if resume is not None else RunDirectory.create(target)
-    except FileExistsError as e:
-        raise _Fail(str(e), EXIT_CONFIG) from None
-    out.print(f"[bold]{cfg.name}[/bold]: {cfg.agents:,} agents × {cfg.rounds} rounds on "
-              f"{cfg.workers} {cfg.backend} worker(s), {_models_text(cfg)}, seed {cfg.seed}",
-              soft_wrap=True)
-    reporter = RichReporter(cfg.rounds, out)
-    resuming = resume is not None
-    monitor, server = _start_studio(run_dir, studio_port) if studio else (None, None)
-    try:
-        for attempt in range(MAX_RECOVERIES + 1):
-            try:
-                summary = run_until_signalled(
-                    play(cfg, run_dir, reporter, replay=replay, resume=resuming,
-                         monitor=monitor))
-                break
-            except WorkerLost as e:
-                reporter.progress.stop()
-                if attempt == MAX_RECOVERIES:
-                    raise _Fail(f"{e}; gave up after {MAX_RECOVERIES} recoveries; continue "
-                                f"with: populace run --resume {run_dir.path}", 1) from None
-                err.print(f"[yellow]warning:[/yellow] {_line(e)}; restarting the workers from "
-                          "the last checkpoint", soft_wrap=True)
-                resuming = True
-    except ModelError as e:  # game.on_model_error: stop
-        reporter.progress.stop()
-        raise _Fail(f"{e}; finished rounds are in {run_dir.path}; once the model answers "
-                    f"again, continue with: populace run --resume {run_dir.path}", 1) from None
-    except (KeyboardInterrupt, Terminated) as e:
-        reporter.progress.stop()
-        code = EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
-        raise _Fail(f"stopped; finished rounds are in {run_dir.path}; continue with: "
-                    f"populace run --resume {run_dir.path}", code) from None
-    finally:
-        if server is not None:
-            server.stop(linger=1.0)  # open pages get the final state first
-    out.print(_summary_table(summary))
-    if summary["status"] == "stopped":
-        out.print(f"stopped from the studio; finished rounds are in {run_dir.path}; continue "
-                  f"with: populace run --resume {run_dir.path}", soft_wrap=True)
-    out.print(f"wall time {summary['wall_s']:.2f} s; results in "
-              f"[bold]{escape(str(run_dir.path))}[/bold]",
-              soft_wrap=True)  # a path broken over lines cannot be copied
+    target = out_dir or Path("runs") / f"{run_file.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    _launch(run_file, _run_dir(target, resume is not None), resume=resume is not None,
+            replay=replay, studio_port=studio_port if studio else None)
 
 
 def _start_studio(run_dir: RunDirectory, port: int) -> tuple[Any, Any]:
@@ -541,17 +438,18 @@ def backgrounds(
 def _run_sweep(config: Path, overrides: dict[str, Any], out_dir: Path | None,
                replay: Path | None) -> None:
     """``sweep:`` in the run file: every point of the grid into its own sub-directory."""
+    from populace.launch import parse_run_file
     from populace.results import sweep_table
     from populace.sweep import SweepIndex, expand, run_sweep
 
     data = read_yaml(config)
-    scenario = data.get("scenario", "guess_number")
-    if not isinstance(scenario, str) or scenario not in SCENARIOS:
-        raise ConfigError(f"{config}: scenario: a sweep needs one of: {', '.join(SCENARIOS)}")
+    if "steps" in overrides:  # the step count under the key the file uses
+        overrides["rounds" if "rounds" in data else "steps"] = overrides.pop("steps")
     points = expand(data, str(config), overrides)
-    configs = {p.dirname: validate(p.data, SCENARIOS[scenario], f"{config} [{p.dirname}]")
-               for p in points}  # every point is checked before the first one runs
-    name = next(iter(configs.values())).name
+    run_files = {p.dirname: parse_run_file(p.data, Path(f"{config} [{p.dirname}]"))
+                 for p in points}
+    # every point is checked before the first one runs
+    name = next(iter(run_files.values())).name
     root = out_dir or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
         index = SweepIndex.create(root, name, str(config), data, points)
@@ -561,16 +459,17 @@ def _run_sweep(config: Path, overrides: dict[str, Any], out_dir: Path | None,
               f"{', '.join(index.data['keys'])} into [bold]{root}[/bold]", soft_wrap=True)
 
     def run_point(point: Any, directory: Path) -> dict[str, Any]:
-        cfg = configs[point.dirname]
-        out.print(f"[bold]{point.dirname}[/bold]: {cfg.agents:,} agents × {cfg.rounds} rounds, "
-                  f"{_models_text(cfg)}", soft_wrap=True)
-        reporter = RichReporter(cfg.rounds, out)
+        run_file = run_files[point.dirname]
+        o = run_file.options
+        out.print(f"[bold]{escape(point.dirname)}[/bold]: {o.agents:,} agents × {o.steps} "
+                  "steps", soft_wrap=True)
+        observer = ConsoleObserver(out, err)
         try:
-            return run_until_signalled(play(
-                cfg, RunDirectory.create(directory), reporter,
+            return run_until_signalled(launch(
+                run_file, RunDirectory.create(directory), observers=[observer],
                 replay=replay / point.dirname if replay is not None else None))
         finally:
-            reporter.progress.stop()
+            observer.progress.stop()
 
     try:
         result = run_sweep(index, points, run_point, interrupts=(Terminated,))

@@ -87,8 +87,8 @@ def test_run_writes_a_complete_run_directory(tmp_path: Path, fast_example: Path)
     assert summary["status"] == "completed"
     assert summary["models"] == ["dummy"]
     assert isinstance(summary["wall_s"], float) and summary["wall_s"] > 0
-    assert [r["round"] for r in summary["rounds"]] == [1, 2]
-    for entry in summary["rounds"]:
+    assert [r["round"] for r in summary["steps"]] == [1, 2]
+    for entry in summary["steps"]:
         assert {"round", "n", "n_valid", "mean", "median", "std", "target",
                 "winner_number"} <= set(entry)
         assert (entry["n"], entry["n_valid"]) == (300, 300)
@@ -231,11 +231,11 @@ def test_ctrl_c_keeps_finished_rounds(tmp_path: Path, fast_example: Path) -> Non
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr
     assert stderr.strip().splitlines() == [
-        f"error: stopped; finished rounds are in {out}; continue with: "
+        f"error: stopped; finished steps are in {out}; continue with: "
         f"populace run --resume {out}"]
     summary = read_summary(out)
     assert summary["status"] == "interrupted"
-    done = len(summary["rounds"])
+    done = len(summary["steps"])
     assert 1 <= done < 30
     assert sorted(set(read_table(out).column("round").to_pylist())) == list(range(1, done + 1))
 

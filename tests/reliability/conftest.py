@@ -177,7 +177,7 @@ def assert_complete_and_equal(run_dir: Path, expected: pa.Table) -> None:
     table = read_table(run_dir)
     assert (run_dir / "responses.parquet").exists()
     summary = read_summary(run_dir)
-    agents, rounds = summary["agents"], summary["rounds_planned"]
+    agents, rounds = summary["agents"], summary["steps_planned"]
     assert summary["status"] == "completed", summary.get("error")
     assert table.num_rows == agents * rounds
     pairs = pc.add(pc.multiply(pc.cast(table.column("round"), pa.int64()), agents),
@@ -187,7 +187,7 @@ def assert_complete_and_equal(run_dir: Path, expected: pa.Table) -> None:
     got, want = by_agent_round(table), by_agent_round(expected)
     for name in SAME:
         assert got.column(name).equals(want.column(name)), f"column {name} differs"
-    assert [r["round"] for r in summary["rounds"]] == list(range(1, rounds + 1))
+    assert [r["round"] for r in summary["steps"]] == list(range(1, rounds + 1))
 
 
 def descendants(pid: int) -> dict[int, str]:

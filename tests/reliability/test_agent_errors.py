@@ -79,5 +79,5 @@ def test_agents_that_raise_are_isolated_and_reported(
             assert row["error"] == f"{type(failure).__name__}: {failure}"
     summary = read_summary(out)
     assert summary["status"] == "completed"
-    assert [r["n_valid"] for r in summary["rounds"]] == [n_valid] * ROUNDS
+    assert [r["n_valid"] for r in summary["steps"]] == [n_valid] * ROUNDS
     assert pc.sum(table.column("valid")).as_py() == n_valid * ROUNDS

@@ -38,8 +38,8 @@ def test_environment_actor_killed_mid_round_is_recovered(
     assert rc == 0, stderr
     helpers.assert_recovered_once(stdout, stderr, "the environment service is gone")
     helpers.assert_complete_and_equal(out, undisturbed)
-    assert read_summary(out)["resumed_from_round"] == 1
+    assert read_summary(out)["resumed_from_step"] == 1
     point = latest_checkpoint(out)
     assert point is not None and point[0] == 3
-    winners = [r["winner_number"] for r in read_summary(out)["rounds"]]
-    assert point[1]["env"]["data"]["winners"] == winners  # round 1's came from the checkpoint
+    winners = [r["winner_number"] for r in read_summary(out)["steps"]]
+    assert point[1]["envs"][0]["data"]["winners"] == winners  # round 1's came from the checkpoint

@@ -52,13 +52,13 @@ def test_kill_9_mid_round_then_resume(
     assert checkpoints(out) == list(range(1, killed_in))
     if finished:
         summary = read_summary(out)
-        assert (summary["status"], len(summary["rounds"])) == ("running", finished)
+        assert (summary["status"], len(summary["steps"])) == ("running", finished)
     else:
         assert not (out / "summary.json").exists()
 
     resume(populace, out)
     helpers.assert_complete_and_equal(out, undisturbed)
-    assert read_summary(out)["resumed_from_round"] == finished
+    assert read_summary(out)["resumed_from_step"] == finished
 
 
 @pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
@@ -77,22 +77,22 @@ def test_signal_mid_round_stops_cleanly_then_resume(
     assert rc == status
     assert "Traceback" not in stderr
     lines = [line for line in stderr.splitlines() if line.strip()]
-    assert lines == [f"error: stopped; finished rounds are in {out}; continue with: "
+    assert lines == [f"error: stopped; finished steps are in {out}; continue with: "
                      f"populace run --resume {out}"]
     # Partial results, consolidated; the round in progress was abandoned, not half-written.
     summary = read_summary(out)
     assert summary["status"] == "interrupted"
-    assert [r["round"] for r in summary["rounds"]] == [1]
+    assert [r["round"] for r in summary["steps"]] == [1]
     assert parts(out) == ["responses-r00001.parquet"]
     partial = read_table(out)
     assert (out / "responses.parquet").exists()
     assert partial.num_rows == 2000 and set(partial.column("round").to_pylist()) == {1}
     # The checkpoint after round 1 is there and verifies.
     round_no, state = read_checkpoint(out / "checkpoints" / "round-00001.ckpt")
-    assert round_no == 1 and len(state["agents"]) == 2000
-    assert state["last"]["round"] == 1
+    assert round_no == 1 and len(state["agents"]["participants"]) == 2000
+    assert state["scenario"]["round"] == 1
 
     resume(populace, out)
     helpers.assert_complete_and_equal(out, undisturbed)
-    assert read_summary(out)["resumed_from_round"] == 1
+    assert read_summary(out)["resumed_from_step"] == 1
 

@@ -81,8 +81,8 @@ def test_errors_and_an_outage_lose_nothing(
     clean = tmp_path / "clean"
     asyncio.run(_against_clean_server(clean))
     helpers.assert_complete_and_equal(out, read_table(clean))
-    assert [r["winner_number"] for r in read_summary(out)["rounds"]] == \
-        [r["winner_number"] for r in read_summary(clean)["rounds"]]
+    assert [r["winner_number"] for r in read_summary(out)["steps"]] == \
+        [r["winner_number"] for r in read_summary(clean)["steps"]]
 
 
 def test_answers_depend_on_the_request_seed_only() -> None:

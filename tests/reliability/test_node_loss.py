@@ -87,4 +87,4 @@ def test_node_lost_mid_round_recovers_on_the_nodes_left(
     assert rc == 0, stderr
     helpers.assert_recovered_once(stdout, stderr, f"(pid {victim}) died")
     helpers.assert_complete_and_equal(out, undisturbed)
-    assert read_summary(out)["resumed_from_round"] == 1
+    assert read_summary(out)["resumed_from_step"] == 1

@@ -56,14 +56,14 @@ def test_ctrl_c_saves_the_answers_of_the_round_in_progress(
 
     saved = assert_saved_rows_are_right(out, 2, undisturbed, helpers.SAME)
     summary = read_summary(out)
-    assert (summary["status"], summary["partial_round"]) == ("interrupted", 2)
+    assert (summary["status"], summary["partial_step"]) == ("interrupted", 2)
     assert summary["partial_answers"] == saved
 
     rc, _, stderr = populace("run", "--resume", out).finish(timeout=90)
     assert rc == 0, stderr
     helpers.assert_complete_and_equal(out, undisturbed)
     summary = read_summary(out)
-    assert (summary["resumed_from_round"], summary["resumed_answers"]) == (1, saved)
+    assert (summary["resumed_from_step"], summary["resumed_answers"]["responses"]) == (1, saved)
     assert read_partial(out) is None  # the round was written whole: its part is gone
 
 
@@ -84,4 +84,4 @@ def test_answers_are_saved_inside_a_long_round(
     rc, _, stderr = populace("run", "--resume", out).finish(timeout=90)
     assert rc == 0, stderr
     helpers.assert_complete_and_equal(out, undisturbed)
-    assert read_summary(out)["resumed_answers"] == saved
+    assert read_summary(out)["resumed_answers"]["responses"] == saved

@@ -56,8 +56,8 @@ async def test_a_damaged_checkpoint_falls_back_to_the_one_before(
     data[-10] ^= 0xFF  # one flipped byte: the checksum no longer matches
     newest.write_bytes(bytes(data))
     summary = await resumed(tmp_path)
-    assert summary["resumed_from_round"] == 2  # round 3 was played again
-    assert [r["round"] for r in summary["rounds"]] == [1, 2, 3]
+    assert summary["resumed_from_step"] == 2  # round 3 was played again
+    assert [r["round"] for r in summary["steps"]] == [1, 2, 3]
     assert rows(read_table(tmp_path)) == reference
 
 
@@ -68,11 +68,11 @@ async def test_a_crash_between_checkpoint_and_summary(
     # As a kill -9 right after the checkpoint of round 2 leaves it: round 2's rows and
     # checkpoint are on disk, the summary still says one round.
     summary = read_summary(tmp_path)
-    summary["status"], summary["rounds"] = "running", summary["rounds"][:1]
+    summary["status"], summary["steps"] = "running", summary["steps"][:1]
     (tmp_path / "summary.json").write_text(json.dumps(summary))
     (tmp_path / "responses.parquet").unlink()
     done = await resumed(tmp_path)
-    assert done["resumed_from_round"] == 1
+    assert done["resumed_from_step"] == 1
     assert rows(read_table(tmp_path)) == [r for r in reference if r["round"] <= 2]
 
 
@@ -81,7 +81,7 @@ async def test_resuming_a_finished_run_changes_nothing(
 ) -> None:
     await fresh(tmp_path, FAST)
     summary = await resumed(tmp_path)
-    assert summary["status"] == "completed" and summary["resumed_from_round"] == 3
+    assert summary["status"] == "completed" and summary["resumed_from_step"] == 3
     assert rows(read_table(tmp_path)) == reference
 
 

@@ -20,7 +20,6 @@ import pyarrow as pa
 import pytest
 
 from populace import cli
-from populace.core import WorkerLost
 from populace.results import read_summary
 
 
@@ -52,11 +51,11 @@ def test_ray_worker_killed_mid_round_then_sigterm_then_resume(
 
     # SIGTERM: a clean stop, as on the local backend.
     assert rc == 143, stderr
-    assert stderr.splitlines()[-1] == (f"error: stopped; finished rounds are in {out}; "
+    assert stderr.splitlines()[-1] == (f"error: stopped; finished steps are in {out}; "
                                        f"continue with: populace run --resume {out}")
     summary = read_summary(out)
-    assert (summary["status"], summary["resumed_from_round"]) == ("interrupted", 1)
-    assert [r["round"] for r in summary["rounds"]] == [1, 2]
+    assert (summary["status"], summary["resumed_from_step"]) == ("interrupted", 1)
+    assert [r["round"] for r in summary["steps"]] == [1, 2]
     # Nothing of Ray outlives the run.
     helpers.wait_until(lambda: not any(Path(f"/proc/{pid}").exists() for pid in tree), 30,
                        "the exit of Ray's processes")
@@ -65,40 +64,58 @@ def test_ray_worker_killed_mid_round_then_sigterm_then_resume(
     rc, _, stderr = populace("run", "--resume", out, "--backend", "local").finish(timeout=90)
     assert rc == 0, stderr
     helpers.assert_complete_and_equal(out, undisturbed)
-    assert read_summary(out)["resumed_from_round"] == 2
+    assert read_summary(out)["resumed_from_step"] == 2
 
 
 # -- the recovery policy, without Ray ---------------------------------------------------------
-class FlakyGame:
-    """Stands in for ``play``: loses a worker in the first ``losses`` attempts."""
+FLAKY = """
+from pathlib import Path
 
-    def __init__(self, losses: int) -> None:
-        self.losses = losses
-        self.calls: list[bool] = []  # the resume flag of every attempt
+from populace.core import WorkerLost
+from populace.launch import Scenario, ScenarioSettings
 
-    async def __call__(self, config: Any, run_dir: Any, reporter: Any, *args: Any,
-                       resume: bool = False, **kwargs: Any) -> dict[str, Any]:
-        self.calls.append(resume)
-        if len(self.calls) <= self.losses:
-            raise WorkerLost(f"worker 1 (pid 4242) died: killed; it held agents 5-9 "
-                             f"(attempt {len(self.calls)})")
-        return {"name": config.name, "agents": config.agents, "model": "dummy",
-                "status": "completed", "rounds": [], "wall_s": 0.1}
+
+class Flaky(Scenario):
+    \"\"\"Loses a worker in step 2 of its first ``losses`` attempts.\"\"\"
+
+    class Settings(ScenarioSettings):
+        losses: int
+        log: str
+
+    async def step(self, run, t):
+        log = Path(run.settings.log)
+        if t == 2:
+            attempts = log.read_text().count("x") if log.exists() else 0
+            log.write_text("x" * (attempts + 1))
+            if attempts < run.settings.losses:
+                raise WorkerLost(f"worker 1 (pid 4242) died: killed; it held agents 5-9 "
+                                 f"(attempt {attempts + 1})")
+        run.metric("t", t)
+"""
+
+
+def flaky(tmp_path: Path, losses: int) -> Path:
+    (tmp_path / "flaky.py").write_text(FLAKY)
+    path = tmp_path / "flaky.yaml"
+    path.write_text(f"scenario: flaky.py:Flaky\nsteps: 3\nsettings: {{losses: {losses}, "
+                    f"log: {tmp_path / 'attempts'}}}\n")
+    return path
 
 
 @pytest.mark.parametrize("losses", [1, cli.MAX_RECOVERIES])
 def test_lost_workers_are_recovered_by_resuming(
     losses: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str], helpers: Any,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    game = FlakyGame(losses)
-    monkeypatch.setattr(cli, "play", game)
-    path = helpers.write_run_file(tmp_path, agents=10)
-    monkeypatch.setattr(sys, "argv", ["populace", "run", str(path), "--out",
-                                      str(tmp_path / "out")])
+    out = tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", ["populace", "run", str(flaky(tmp_path, losses)),
+                                      "--out", str(out)])
     cli.main()
-    # Every attempt after a loss resumes from the checkpoint; the first starts afresh.
-    assert game.calls == [False] + [True] * losses
+    # Every attempt after a loss resumes from the checkpoint of step 1.
+    summary = read_summary(out)
+    assert (summary["status"], summary["resumed_from_step"]) == ("completed", 1)
+    assert [e["t"] for e in summary["steps"]] == [1, 2, 3]
+    assert (tmp_path / "attempts").read_text() == "x" * (losses + 1)
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == losses
     assert all(line.startswith("warning: worker 1 (pid 4242) died") for line in err)
@@ -106,17 +123,15 @@ def test_lost_workers_are_recovered_by_resuming(
 
 def test_too_many_losses_stop_with_the_resume_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-    helpers: Any,
 ) -> None:
-    game = FlakyGame(cli.MAX_RECOVERIES + 1)
-    monkeypatch.setattr(cli, "play", game)
     out = tmp_path / "out"
-    path = helpers.write_run_file(tmp_path, agents=10)
-    monkeypatch.setattr(sys, "argv", ["populace", "run", str(path), "--out", str(out)])
+    monkeypatch.setattr(sys, "argv", ["populace", "run",
+                                      str(flaky(tmp_path, cli.MAX_RECOVERIES + 1)),
+                                      "--out", str(out)])
     with pytest.raises(SystemExit) as info:
         cli.main()
     assert info.value.code == 1
-    assert len(game.calls) == cli.MAX_RECOVERIES + 1
+    assert (tmp_path / "attempts").read_text() == "x" * (cli.MAX_RECOVERIES + 1)
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert err[-1] == (f"error: worker 1 (pid 4242) died: killed; it held agents 5-9 (attempt "
                        f"{cli.MAX_RECOVERIES + 1}); gave up after {cli.MAX_RECOVERIES} "

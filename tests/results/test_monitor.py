@@ -1,4 +1,4 @@
-"""RunMonitor: what play() feeds it, what a snapshot holds, and how small it stays."""
+"""RunMonitor: what the launcher and play() feed it, what a snapshot holds, how small it stays."""
 
 from __future__ import annotations
 
@@ -10,18 +10,28 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
+import pyarrow.compute as pc
 import pytest
 
 from populace.config import validate
 from populace.core import ModelError, SimulationStats, WorkerStats
+from populace.launch import launch, load_run_file
 from populace.llm import Completion, EndpointStats, ModelStats
 from populace.llm import _modelset as modelset_module
 from populace.results import RunDirectory, RunMonitor, read_summary, read_table, run_snapshot
-from populace.results._monitor import bin_edges, error_kind
+from populace.results._monitor import (
+    AUTO_BINS,
+    MAX_BINS,
+    MAX_METRICS,
+    MAX_TEXT,
+    RunSnapshot,
+    bin_edges,
+    error_kind,
+)
 from populace.scenarios.guess_number import RunConfig, play
 
 LIMIT = 50_000  # bytes: the live page's update payload must stay under this
+COINS = Path(__file__).resolve().parents[1] / "studio" / "coins.py"
 
 
 def config(**changes: Any) -> RunConfig:
@@ -31,41 +41,84 @@ def config(**changes: Any) -> RunConfig:
     return validate(data, RunConfig, "test")
 
 
-def size(snapshot: dict[str, Any]) -> int:
-    return len(json.dumps(snapshot, allow_nan=False, separators=(",", ":")).encode())
+def coins(tmp_path: Path, **settings: Any) -> Any:
+    """The coin-flip scenario of the studio tests, as a run file with ``settings``."""
+    text = (f"scenario: {COINS}:Coins\nagents: 400\nsteps: 3\nworkers: 2\nseed: 5\n"
+            f"settings: {json.dumps(settings)}\n")
+    (tmp_path / "coins.yaml").write_text(text)
+    return load_run_file(tmp_path / "coins.yaml")
+
+
+def size(snapshot: RunSnapshot) -> int:
+    return len(json.dumps(snapshot.to_json(), allow_nan=False, separators=(",", ":")).encode())
 
 
 # -- fed by a real run ---------------------------------------------------------------------------
-async def test_play_feeds_the_monitor_and_the_snapshot_is_plain_json(tmp_path: Path) -> None:
+async def test_a_scenario_shows_every_metric_and_distribution(tmp_path: Path) -> None:
+    monitor = RunMonitor(run_id="c1")
+    summary = await launch(coins(tmp_path, bias=0.3), RunDirectory.create(tmp_path / "c1"),
+                           monitor=monitor)
+    snap = monitor.snapshot()
+    assert isinstance(snap, RunSnapshot)
+    json.dumps(snap.to_json(), allow_nan=False)  # no NaN, no numpy types
+    assert (snap.status, snap.finished, snap.step, snap.steps_done, snap.steps_planned) == \
+        ("completed", True, 3, 3, 3)
+    assert snap.series.steps == (1, 2, 3)
+    assert list(snap.series.metrics) == ["share_heads", "total_heads", "leader", "wall_s"]
+    for name in ("share_heads", "total_heads", "leader"):
+        assert list(snap.series.metrics[name]) == [e[name] for e in summary["steps"]]
+    heads = snap.distributions["heads_so_far"]
+    declared = summary["steps"][-1]["distributions"]["heads_so_far"]
+    assert (list(heads.counts), heads.n, heads.step) == (declared["counts"], 400, 3)
+    assert list(heads.edges) == declared["edges"]
+    # The live histogram of the last step's answers over the scenario's range: tails and
+    # heads, in the first and the last of 50 bins over [0, 1].
+    answers = snap.answers
+    assert (answers.edges[0], answers.edges[-1], len(answers.counts)) == (0.0, 1.0, 50)
+    heads = round(summary["steps"][-1]["share_heads"] * 400)
+    assert (answers.counts[0], answers.counts[-1], sum(answers.counts)) == (400 - heads, heads,
+                                                                             400)
+    assert snap.progress.fraction == 1.0 and snap.states.done == 400
+
+
+async def test_the_game_shows_what_it_showed_through_the_generic_fields(tmp_path: Path) -> None:
     monitor = RunMonitor(run_id="r1")
     summary = await play(config(), RunDirectory.create(tmp_path / "r1"), monitor=monitor)
     snap = monitor.snapshot()
-    json.dumps(snap, allow_nan=False)  # no NaN, no numpy types
+    data = snap.to_json()
+    json.dumps(data, allow_nan=False)
     assert summary["status"] == "completed"
-    assert (snap["status"], snap["finished"], snap["round"], snap["rounds_done"]) == \
-        ("done", True, 2, 2)
-    assert (snap["name"], snap["agents"], snap["n_workers"], snap["rounds_planned"]) == \
+    assert (data["status"], data["finished"], data["step"], data["steps_done"]) == \
+        ("completed", True, 2, 2)
+    assert (data["name"], data["agents"], data["n_workers"], data["steps_planned"]) == \
         ("mon", 600, 2, 2)
-    assert snap["progress"] == {"round": 2, "done": 600, "failed": 0, "total": 600,
+    assert data["progress"] == {"step": 2, "done": 600, "failed": 0, "total": 600,
                                 "fraction": 1.0}
-    assert snap["states"] == {"idle": 0, "waiting": 0, "in_call": 0, "done": 600, "failed": 0}
-    hist = snap["histogram"]
-    assert (hist["valid"], hist["invalid"], sum(hist["counts"])) == (600, 0, 600)
-    assert len(hist["counts"]) == 101 and hist["edges"] == [-0.5, 100.5]  # one bin per integer
-    numbers = pq.read_table(tmp_path / "r1" / "parts" / "responses-r00002.parquet")
-    expected, _ = np.histogram(numbers.column("number").to_numpy(), bins=bin_edges(0, 100))
-    assert hist["counts"] == expected.tolist()
-    assert hist["mean"] == pytest.approx(summary["rounds"][-1]["mean"], abs=1e-3)
-    assert [r["round"] for r in snap["rounds"]] == [1, 2]
-    assert snap["rounds"][0]["mean"] == pytest.approx(summary["rounds"][0]["mean"], abs=1e-3)
-    assert snap["llm"]["requests"] == 1200 and snap["llm"]["failures"] == 0
-    assert snap["llm"]["models"][0]["model"] == "dummy"
-    assert snap["llm"]["latency_s"]["n"] == 1200
-    assert [w["agents"] for w in snap["workers"]] == [300, 300]
-    assert all(w["pid"] and w["calls_done"] >= 300 for w in snap["workers"])
+    assert data["states"] == {"idle": 0, "waiting": 0, "in_call": 0, "done": 600, "failed": 0}
+    answers = data["answers"]
+    assert (answers["n"], answers["missing"], sum(answers["counts"])) == (600, 0, 600)
+    assert len(answers["counts"]) == 101 and answers["edges"][0] == -0.5  # one bin per integer
+    table = read_table(tmp_path / "r1")
+    numbers = table.filter(pc.equal(table.column("round"), 2)).column("number").to_numpy()
+    expected, _ = np.histogram(numbers, bins=bin_edges(0, 100))
+    assert answers["counts"] == expected.tolist()
+    assert answers["mean"] == pytest.approx(summary["steps"][-1]["mean"], abs=1e-3)
+    # Every scalar of the game's rounds is a metric series, in the game's order.
+    series = data["series"]
+    assert series["steps"] == [1, 2]
+    assert list(series["metrics"]) == ["n", "n_valid", "mean", "median", "std", "target",
+                                       "winner_number", "n_winners", "wall_s"]
+    for name in ("mean", "target", "winner_number"):
+        assert series["metrics"][name] == pytest.approx([r[name] for r in summary["steps"]],
+                                                        rel=1e-5)
+    assert data["llm"]["requests"] == 1200 and data["llm"]["failures"] == 0
+    assert data["llm"]["models"][0]["model"] == "dummy"
+    assert data["llm"]["latency_s"]["n"] == 1200
+    assert [w["agents"] for w in data["workers"]] == [300, 300]
+    assert all(w["pid"] and w["calls_done"] >= 300 for w in data["workers"])
 
 
-async def test_the_histogram_fills_while_a_round_is_still_going() -> None:
+async def test_the_histogram_fills_while_a_step_is_still_going() -> None:
     monitor = RunMonitor()
     cfg = config(agents=900, rounds=1, model=None,
                  models={"fast": {"provider": "dummy", "latency": 0.05},
@@ -76,7 +129,7 @@ async def test_the_histogram_fills_while_a_round_is_still_going() -> None:
     while not task.done():
         await asyncio.sleep(0.05)
         s = monitor.snapshot()
-        seen.append((s["progress"]["done"], s["histogram"]["valid"], s["states"]["in_call"]))
+        seen.append((s.progress.done, s.answers.n, s.states.in_call))
     await task
     partial = [x for x in seen if 0 < x[0] < 900]
     assert partial, seen
@@ -108,51 +161,50 @@ async def test_failed_answers_are_counted_by_kind(monkeypatch: pytest.MonkeyPatc
     monitor = RunMonitor()
     summary = await play(config(rounds=1), None, monitor=monitor)
     snap = monitor.snapshot()
-    kinds = dict(snap["llm"]["errors"])
-    failed = summary["rounds"][0]["n"] - summary["rounds"][0]["n_valid"]
+    kinds = dict(snap.llm.errors)
+    failed = summary["steps"][0]["n"] - summary["steps"][0]["n_valid"]
     assert set(kinds) == {"ModelError: HTTP 503", "ModelError: timed out"}
-    assert sum(kinds.values()) == failed == snap["progress"]["failed"] > 0
-    assert snap["states"]["failed"] == failed
-    assert snap["histogram"]["valid"] == 600 - failed
+    assert sum(kinds.values()) == failed == snap.progress.failed > 0
+    assert snap.states.failed == failed
+    assert snap.answers.n == 600 - failed
 
 
-async def test_stop_abandons_the_round_keeps_finished_ones_and_can_resume(tmp_path: Path
-                                                                            ) -> None:
+async def test_stop_abandons_the_step_keeps_finished_ones_and_can_resume(tmp_path: Path
+                                                                           ) -> None:
     monitor = RunMonitor()
-    cfg = config(rounds=4, models={"dummy": {"provider": "dummy", "latency": 0.3}})
+    run_file = coins(tmp_path, delay=0.3)
     out = tmp_path / "stopped"
-    task = asyncio.ensure_future(play(cfg, RunDirectory.create(out), monitor=monitor))
-    for _ in range(500):  # until round 1 is written
-        if monitor.snapshot()["rounds_done"] >= 1:
+    task = asyncio.ensure_future(launch(run_file, RunDirectory.create(out), monitor=monitor))
+    for _ in range(500):  # until step 1 is written
+        if monitor.snapshot().steps_done >= 1:
             break
         await asyncio.sleep(0.02)
     monitor.request_stop()
-    assert monitor.snapshot()["status"] == "stopping"
+    assert monitor.snapshot().status == "stopping"
     summary = await asyncio.wait_for(task, 10)
     assert summary["status"] == "stopped"
     snap = monitor.snapshot()
-    assert snap["status"] == "stopped" and monitor.finished
-    # The abandoned round's teardown is not shown as failed answers.
-    assert snap["llm"]["errors"] == [] and snap["progress"]["failed"] == 0
-    assert snap["states"]["in_call"] == 0
+    assert snap.status == "stopped" and monitor.finished
+    # The abandoned step's teardown is not shown as failed answers.
+    assert snap.llm.errors == () and snap.progress.failed == 0
+    assert snap.states.in_call == 0
     on_disk = read_summary(out)
     assert on_disk["status"] == "stopped"
-    done = len(on_disk["rounds"])
-    assert 1 <= done < 4
-    parts = sorted(p.name for p in (out / "parts").glob("responses-r*.parquet"))
-    assert parts == [f"responses-r{r:05d}.parquet" for r in range(1, done + 1)]
-    assert read_table(out).num_rows == 600 * done  # no half-written round
+    done = len(on_disk["steps"])
+    assert 1 <= done < 3
+    assert read_table(out, "flips").num_rows == 400 * done  # no half-written step
     # The stopped run continues from its checkpoint to the end.
-    resumed = await play(cfg, RunDirectory(out), resume=True)
-    assert resumed["status"] == "completed" and len(resumed["rounds"]) == 4
+    resumed = await launch(run_file, RunDirectory(out), resume=True)
+    assert resumed["status"] == "completed" and len(resumed["steps"]) == 3
 
 
-async def test_a_stop_before_the_first_round_plays_nothing(tmp_path: Path) -> None:
+async def test_a_stop_before_the_first_step_plays_nothing(tmp_path: Path) -> None:
     monitor = RunMonitor()
     monitor.request_stop()
-    summary = await play(config(), RunDirectory.create(tmp_path / "x"), monitor=monitor)
-    assert summary["status"] == "stopped" and summary["rounds"] == []
-    assert monitor.snapshot()["status"] == "stopped"
+    summary = await launch(coins(tmp_path), RunDirectory.create(tmp_path / "x"),
+                           monitor=monitor)
+    assert summary["status"] == "stopped" and summary["steps"] == []
+    assert monitor.snapshot().status == "stopped"
 
 
 async def test_a_real_100k_agent_run_stays_far_below_the_payload_limit() -> None:
@@ -167,7 +219,7 @@ async def test_a_real_100k_agent_run_stays_far_below_the_payload_limit() -> None
     await task
     sizes.append(size(monitor.snapshot()))
     assert max(sizes) < 5_000, sizes
-    assert monitor.snapshot()["histogram"]["valid"] == 100_000
+    assert monitor.snapshot().answers.n == 100_000
 
 
 # -- a million agents, simulated -----------------------------------------------------------------
@@ -211,14 +263,21 @@ def stats(workers: int, agents: int, endpoints: int) -> SimulationStats:
 
 
 def test_a_million_agent_snapshot_stays_under_50_kb() -> None:
+    # The worst case the caps allow: 256 workers, 3 models, 64 endpoints, 100 steps of more
+    # metrics than are shown, more distributions and bins than are shown, 200 environment
+    # keys, 40 error kinds.
     n, workers = 1_000_000, 256
     monitor = RunMonitor(run_id="big-run-with-a-long-name-20260101-000000")
-    monitor.run_started(name="million", agents=n, rounds=100, workers=workers, backend="ray",
+    edges = np.linspace(0.0, 1.0, 1001).tolist()
+    distribution = {"edges": edges, "counts": [n // 1000] * 1000, "n": n, "missing": 0,
+                    "mean": 0.5}
+    history = [{"step": t, **{f"metric_number_{k}": 1234.56789 * k for k in range(24)},
+                "label": "x" * 100, "usage": {"m": {"calls": n}}, "wall_s": 41.5,
+                "distributions": {f"dist_{k}": distribution for k in range(12)}}
+               for t in range(1, 100)]
+    monitor.run_started(name="million", agents=n, steps=100, workers=workers, backend="ray",
                         models=["qwen2-72b", "llama3-70b", "mixtral-8x22b"], run_dir="/x/" * 40,
-                        history=[{"round": r, "n": n, "n_valid": n - 3, "mean": 33.3333333,
-                                  "median": 33.0, "std": 8.123456, "target": 22.2222,
-                                  "winner_number": 22.0, "n_winners": 12345, "wall_s": 41.5,
-                                  "usage": {"m": {"calls": n}}} for r in range(1, 100)])
+                        history=history)
     for i in range(200):  # many environment keys: only the first MAX_ENV_KEYS are kept
         monitor.set_environment(f"market.price.{i}", {"mean": 1.5, "n": i})
     answers = FakeAnswers(n)
@@ -231,17 +290,22 @@ def test_a_million_agent_snapshot_stays_under_50_kb() -> None:
         answers.deliver(values[:-3], errors)
         monitor.round_progress(stats(workers, n, endpoints=64))
         monitor.refresh(stats(workers, n, endpoints=64), force=True)
-        snap = monitor.snapshot()
-        sizes.append(size(snap))
+        sizes.append(size(monitor.snapshot()))
     assert max(sizes) < LIMIT, max(sizes)
     snap = monitor.snapshot()
-    assert snap["progress"]["done"] == n and snap["progress"]["failed"] == 300
-    assert snap["histogram"]["valid"] == n - 300 == sum(snap["histogram"]["counts"])
-    assert len(snap["workers"]) == 64 and snap["workers_omitted"] == workers - 64
-    assert len(snap["rounds"]) == 99 and len(snap["environment"]) == 40
-    assert snap["llm"]["requests"] == 3 * 50_000 * workers
-    assert len(snap["llm"]["endpoints"]) == 32
-    assert snap["llm"]["latency_s"]["p50"] == pytest.approx(1.25, rel=0.05)
+    assert snap.progress.done == n and snap.progress.failed == 300
+    assert snap.answers.n == n - 300 == sum(snap.answers.counts)
+    assert len(snap.workers) == 64 and snap.workers_omitted == workers - 64
+    assert len(snap.series.steps) == 99 and len(snap.environment) == 40
+    assert len(snap.series.metrics) == MAX_METRICS and "wall_s" in snap.series.metrics
+    assert snap.series.omitted == 26 - MAX_METRICS  # 24 numbers and a text, + wall_s shown
+    assert len(snap.distributions) == 8
+    merged = snap.distributions["dist_0"]
+    assert len(merged.counts) <= MAX_BINS and sum(merged.counts) == n
+    assert (merged.edges[0], merged.edges[-1]) == (0.0, 1.0)
+    assert snap.llm.requests == 3 * 50_000 * workers
+    assert len(snap.llm.endpoints) == 32
+    assert snap.llm.latency_s.p50 == pytest.approx(1.25, rel=0.05)
 
 
 def test_snapshots_are_cheap_to_take() -> None:
@@ -250,7 +314,7 @@ def test_snapshots_are_cheap_to_take() -> None:
     monitor.refresh(stats(64, 1_000_000, 8), force=True)
     start = time.perf_counter()
     for _ in range(100):
-        json.dumps(monitor.snapshot())
+        json.dumps(monitor.snapshot().to_json())
     assert (time.perf_counter() - start) / 100 < 0.01  # well under 10 ms each
 
 
@@ -263,11 +327,13 @@ def test_error_kinds_name_the_type_and_the_cause() -> None:
     assert error_kind(ValueError("boom")) == "ValueError"
 
 
-def test_bins_are_one_per_integer_on_small_whole_ranges() -> None:
+def test_bins_are_one_per_integer_on_whole_ranges_of_10_to_200() -> None:
     assert len(bin_edges(0, 100)) == 102
-    assert len(bin_edges(0, 1)) == 3
+    assert len(bin_edges(1, 11)) == 12
+    assert len(bin_edges(0, 1)) == 51  # a share, more often than a yes/no
     assert len(bin_edges(0, 1000)) == 51  # too many integers: 50 bins
     assert len(bin_edges(0.0, 0.5)) == 51
+    assert len(bin_edges(0.0, 1.0, 20)) == 21
 
 
 def test_run_finished_keeps_the_first_ending() -> None:
@@ -277,25 +343,67 @@ def test_run_finished_keeps_the_first_ending() -> None:
     assert (monitor.status, monitor.error) == ("failed", "ModelError: no server")
 
 
-async def test_a_finished_run_gives_the_same_view_from_disk(tmp_path: Path) -> None:
+@pytest.mark.parametrize("game", [False, True])
+async def test_a_finished_run_gives_the_same_view_from_disk(tmp_path: Path, game: bool) -> None:
     monitor = RunMonitor()
-    await play(config(), RunDirectory.create(tmp_path / "r"), monitor=monitor)
-    live, disk = monitor.snapshot(), run_snapshot(tmp_path / "r")
+    if game:
+        await play(config(), RunDirectory.create(tmp_path / "r"), monitor=monitor)
+    else:
+        await launch(coins(tmp_path), RunDirectory.create(tmp_path / "r"), monitor=monitor)
+    live, disk = monitor.snapshot().to_json(), run_snapshot(tmp_path / "r").to_json()
     assert set(disk) == set(live)
     assert (disk["live"], live["live"]) == (False, True)
-    for key in ("status", "name", "agents", "rounds_planned", "round", "rounds_done"):
+    for key in ("status", "name", "agents", "steps_planned", "step", "steps_done",
+                "series", "distributions"):
         assert disk[key] == live[key], key
-    assert disk["histogram"]["counts"] == live["histogram"]["counts"]
-    assert disk["rounds"] == live["rounds"]
+    assert disk["tables"] == (["responses"] if game else ["flips"])
 
 
 def test_a_restarted_run_is_shown_again() -> None:
-    # The CLI restarts a run that lost a worker: the same monitor sees a second attempt.
+    # The launcher restarts a run that lost a worker: the same monitor sees a second attempt.
     monitor = RunMonitor()
-    monitor.run_started(name="x", agents=10, rounds=3)
+    monitor.run_started(name="x", agents=10, steps=3)
     monitor.run_finished("failed", "WorkerLost: worker 1 died")
-    monitor.run_started(name="x", agents=10, rounds=3, history=[{"round": 1, "mean": 5.0}])
+    monitor.run_started(name="x", agents=10, steps=3, history=[{"step": 1, "mean": 5.0}])
     assert (monitor.status, monitor.error, monitor.finished) == ("starting", None, False)
-    assert monitor.snapshot()["rounds"] == [{"round": 1, "mean": 5.0}]
+    assert monitor.snapshot().series.metrics == {"mean": (5.0,)}
     monitor.run_finished("completed")
-    assert monitor.snapshot()["status"] == "done"
+    assert monitor.snapshot().status == "completed"
+
+
+def test_metrics_are_every_scalar_of_an_entry() -> None:
+    monitor = RunMonitor()
+    monitor.run_started(name="x", agents=10, steps=3)
+    monitor.round_finished({"step": 1, "share": np.float64(0.25), "count": np.int64(3),
+                            "ok": True, "when": "2024-03-02" + "x" * 100, "gone": float("nan"),
+                            "nested": {"a": 1}, "listed": [1, 2]})
+    monitor.round_finished({"round": 2, "share": 0.5, "extra": 7})  # older runs of the game
+    snap = monitor.snapshot()
+    assert snap.series.steps == (1, 2) and snap.step == 2 and snap.steps_done == 2
+    assert snap.series.metrics == {"share": (0.25, 0.5), "count": (3, None),
+                                   "ok": (True, None),
+                                   "when": ("2024-03-02" + "x" * (MAX_TEXT - 10), None),
+                                   "gone": (None, None), "extra": (None, 7)}
+    json.dumps(snap.to_json(), allow_nan=False)
+
+
+def test_without_a_range_the_live_histogram_follows_the_answers() -> None:
+    monitor = RunMonitor()
+    monitor.run_started(name="x", agents=10_000, steps=1)  # no low/high: any numbers
+    answers = FakeAnswers(10_000)
+    monitor.round_started(1, answers, measure)  # type: ignore[arg-type]
+    rng = np.random.default_rng(1)
+    batches = [rng.integers(0, 10, 1000), rng.normal(50, 5, 3000), rng.normal(-400, 50, 3000),
+               rng.uniform(1e4, 2e4, 3000)]
+    for batch in batches:
+        answers.deliver(batch.astype(float).tolist())
+        monitor.round_progress()
+        h = monitor.snapshot().answers
+        assert len(h.counts) == AUTO_BINS and len(h.edges) == AUTO_BINS + 1
+    everything = np.concatenate(batches).astype(float)
+    assert h.n == 10_000 == sum(h.counts)
+    # Widening merged bins exactly: the counts are those of one histogram over the end edges.
+    assert list(h.counts) == np.histogram(everything, bins=np.asarray(h.edges))[0].tolist()
+    assert h.edges[0] <= everything.min() and h.edges[-1] >= everything.max()
+    monitor.round_started(2, FakeAnswers(5), measure)  # type: ignore[arg-type]
+    assert monitor.snapshot().answers.counts == ()  # a new step starts a new range

@@ -71,7 +71,7 @@ async def test_group_play_end_to_end_on_the_scripted_model(tmp_path: Path) -> No
     table = read_table(run.path)
     summary = read_summary(run.path)
     assert summary["status"] == "completed"
-    for entry in summary["rounds"]:
+    for entry in summary["steps"]:
         rows = table.filter(pc.equal(table.column("round"), entry["round"]))
         numbers = rows.column("number").to_numpy(zero_copy_only=False)
         groups = rows.column("group").to_numpy()
@@ -92,4 +92,4 @@ async def test_group_play_end_to_end_on_the_scripted_model(tmp_path: Path) -> No
     calls = sorted((run.path / "llm_calls").glob("*.jsonl"))
     text = "".join(p.read_text() for p in calls)
     assert "split into 6 groups: a group's number is the average of its members'" in text
-    assert f"(the average of group {summary['rounds'][0]['winner_group']})" in text
+    assert f"(the average of group {summary['steps'][0]['winner_group']})" in text

@@ -122,8 +122,8 @@ def test_config_runs_to_completion(paper_runs: dict[str, Path], name: str) -> No
     for d in dirs:
         summary = read_summary(d)
         assert summary["status"] == "completed", d
-        assert summary["agents"] == AGENTS and len(summary["rounds"]) == rounds
-        assert all(r["n_valid"] > 0.9 * AGENTS for r in summary["rounds"])
+        assert summary["agents"] == AGENTS and len(summary["steps"]) == rounds
+        assert all(r["n_valid"] > 0.9 * AGENTS for r in summary["steps"])
     if sweep:
         index = json.loads((paper_runs[name] / "sweep.json").read_text())
         assert index["status"] == "completed" and index["keys"] == list(sweep)
@@ -146,7 +146,7 @@ def test_report_draws_every_figure_with_content(paper_runs: dict[str, Path], nam
                 _not_blank(png)
             html = (d / "report.html").read_text()
             assert html.count('src="data:image/png;base64,') == len(expected)
-        rows = read_summary(d)["rounds"]
+        rows = read_summary(d)["steps"]
 
         hist = _visible(figures["numbers_by_round"])
         assert len(hist) == len(rows)
@@ -233,17 +233,17 @@ def test_more_guidance_lower_answers(paper_runs: dict[str, Path]) -> None:
 def test_rounds_converge_and_guidance_converges_faster(paper_runs: dict[str, Path]) -> None:
     finals = {}
     for d in _run_dirs(paper_runs["multi_round"]):
-        means = [r["mean"] for r in read_summary(d)["rounds"]]
+        means = [r["mean"] for r in read_summary(d)["steps"]]
         assert len(means) == 3 and means == sorted(means, reverse=True)
         assert means[-1] < 0.5 * means[0]
         finals[d.name] = means[-1]
     assert finals["game.level=P2"] < finals["game.level=P1"]
-    group_means = [r["group_mean"] for r in read_summary(paper_runs["group_play"])["rounds"]]
+    group_means = [r["group_mean"] for r in read_summary(paper_runs["group_play"])["steps"]]
     assert group_means == sorted(group_means, reverse=True)
 
 
 def test_equilibrium_ten_is_approached_from_above(paper_runs: dict[str, Path]) -> None:
-    means = [r["mean"] for r in read_summary(paper_runs["equilibrium_10"])["rounds"]]
+    means = [r["mean"] for r in read_summary(paper_runs["equilibrium_10"])["steps"]]
     assert means == sorted(means, reverse=True)
     assert 10 < means[-1] < 15  # towards 10, not towards 0
 

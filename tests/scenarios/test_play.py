@@ -86,13 +86,13 @@ async def test_summary_matches_the_responses(tmp_path: Path) -> None:
     summary = read_summary(path)
     assert summary["status"] == "completed"
     assert "error" not in summary
-    assert (summary["agents"], summary["rounds_planned"], summary["seed"]) == (200, 3, 7)
-    assert summary["model"] == "dummy"
+    assert (summary["agents"], summary["steps_planned"], summary["seed"]) == (200, 3, 7)
+    assert summary["models"] == ["dummy"]
     assert summary["models"] == ["dummy"]
     assert summary["wall_s"] > 0
     table = read_table(path)
-    assert [r["round"] for r in summary["rounds"]] == [1, 2, 3]
-    for entry in summary["rounds"]:
+    assert [r["round"] for r in summary["steps"]] == [1, 2, 3]
+    for entry in summary["steps"]:
         rows = table.filter(pc.equal(table.column("round"), entry["round"]))
         valid = rows.filter(rows.column("valid")).column("number").to_numpy()
         # Recomputed here without score_round.
@@ -157,8 +157,8 @@ async def test_play_without_run_directory_returns_the_summary() -> None:
     timings = Timings()
     summary = await play(make_config(rounds=2, agents=50), None, None, timings)
     assert summary["status"] == "completed"
-    assert [r["round"] for r in summary["rounds"]] == [1, 2]
-    assert all(r["n_valid"] == 50 for r in summary["rounds"])
+    assert [r["round"] for r in summary["steps"]] == [1, 2]
+    assert all(r["n_valid"] == 50 for r in summary["steps"])
     assert len(timings.round_wall_s) == len(timings.round_cpu_s) == 2
     assert all(w >= 0.01 for w in timings.round_wall_s)  # the dummy waits 10 ms
     assert timings.wall_s == summary["wall_s"] >= sum(timings.round_wall_s) - 1e-3
@@ -196,7 +196,7 @@ async def test_out_of_range_answers_are_invalid_but_kept(tmp_path: Path) -> None
     assert numbers.null_count == int((~valid).sum())
     assert all(x <= 50 for x in numbers.to_pylist() if x is not None)
     assert table.column("error").null_count == 200  # invalid is not an error
-    assert read_summary(path)["rounds"][0]["n_valid"] == int(valid.sum())
+    assert read_summary(path)["steps"][0]["n_valid"] == int(valid.sum())
 
 
 async def test_unparsable_answers_and_model_errors(
@@ -240,7 +240,7 @@ async def test_unparsable_answers_and_model_errors(
             assert (row["calls"], row["retries"], row["extract_raw"]) == (1, 0, None)
     valid = [a for a in range(60) if a % 10 not in (3, 7)]
     mean = sum(valid) / len(valid)
-    for entry in summary["rounds"]:
+    for entry in summary["steps"]:
         assert (entry["n"], entry["n_valid"]) == (60, 48)
         assert entry["mean"] == pytest.approx(mean)
         assert entry["target"] == pytest.approx(mean / 2)
@@ -263,7 +263,7 @@ async def test_a_round_without_valid_answers(
     path = await run_into(tmp_path, config)
     summary = read_summary(path)
     assert summary["status"] == "completed"
-    for entry in summary["rounds"]:
+    for entry in summary["steps"]:
         assert (entry["n"], entry["n_valid"], entry["n_winners"]) == (20, 0, 0)
         assert entry["mean"] is entry["target"] is entry["winner_number"] is None
     # No winner, so the moderator has nothing to tell: round 2 remembers only the agent's
@@ -286,7 +286,7 @@ async def test_prompts_carry_the_rules_and_the_last_winner(
     prompts = merged_prompts(models)
     conversations = merged_conversations(models)
     assert set(prompts) == {(a, r) for a in range(40) for r in (1, 2, 3)}
-    rounds = read_summary(path)["rounds"]
+    rounds = read_summary(path)["steps"]
 
     # The default prompt: the rules, the P1 instruction, and the direct protocol's format.
     assert prompts[0, 1] == (
@@ -357,7 +357,7 @@ async def test_feedback_reaches_every_memory(
     config = make_config(agents=50, game={"feedback": True})
     scripted(config, lambda agent, round_no: str(agent + round_no))
     path = await run_into(tmp_path, config)
-    rounds = read_summary(path)["rounds"]
+    rounds = read_summary(path)["steps"]
     assert sorted(p.id for p in recorded_participants) == list(range(50))
     for p in recorded_participants:
         # Each round: the agent's own answer, then the moderator's announcement, which the
@@ -404,7 +404,7 @@ async def test_memory_rounds_bound_the_conversation(
     config = make_config(agents=6, rounds=4, game={"memory_rounds": memory_rounds})
     models = scripted(config, lambda agent, round_no: str(agent * 10 + round_no))
     path = await run_into(tmp_path, config)
-    rounds = read_summary(path)["rounds"]
+    rounds = read_summary(path)["steps"]
     conversations = merged_conversations(models)
     prompt = conversations[0, 1][-1]["content"]
     for agent in range(6):
@@ -452,8 +452,8 @@ def _check_rounds_one_and_two_kept(path: Path) -> dict[str, Any]:
     assert table.num_rows == 2 * 200
     assert sorted(set(table.column("round").to_pylist())) == [1, 2]
     summary = read_summary(path)
-    assert [r["round"] for r in summary["rounds"]] == [1, 2]
-    assert summary["rounds_planned"] == 5
+    assert [r["round"] for r in summary["steps"]] == [1, 2]
+    assert summary["steps_planned"] == 5
     return summary
 
 

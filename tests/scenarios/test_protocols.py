@@ -131,7 +131,7 @@ async def test_two_call_protocol(tmp_path: Path, requests_seen: list[dict[str, A
     assert stats["status"] == {"200": 160}
     summary = read_summary(path)
     assert summary["models"] == ["llm"]
-    for entry in summary["rounds"]:
+    for entry in summary["steps"]:
         rows = table.filter(pc.equal(table.column("round"), entry["round"]))
         assert entry["usage"] == {"llm": {
             "agents": 40, "calls": 80, "retries": 0,
@@ -216,7 +216,7 @@ async def test_retries_under_injected_errors(
     retries = pc.sum(table.column("retries")).as_py()
     assert retries == failed > 0  # every failed attempt was retried, and recorded
     assert pc.max(table.column("calls")).as_py() == 2
-    rounds = read_summary(path)["rounds"]
+    rounds = read_summary(path)["steps"]
     assert [e["usage"]["llm"]["retries"] for e in rounds] == [
         pc.sum(table.filter(pc.equal(table.column("round"), r)).column("retries")).as_py()
         for r in (1, 2)]
@@ -263,7 +263,7 @@ async def test_mixed_models(tmp_path: Path, requests_seen: list[dict[str, Any]])
 
     summary = read_summary(path)
     assert summary["models"] == ["dummy", "llm"]
-    for entry in summary["rounds"]:
+    for entry in summary["steps"]:
         usage = entry["usage"]
         assert (usage["llm"]["agents"], usage["llm"]["calls"]) == (100, 200)
         assert (usage["dummy"]["agents"], usage["dummy"]["calls"]) == (200, 200)
@@ -331,7 +331,7 @@ async def test_round_two_remembers_round_one(
         config = make_config({"llm": llm([url])}, agents=4, game={"protocol": "two_call"})
         path = await run_into(tmp_path, config)
     rows = rows_by_agent_round(read_table(path))
-    first = read_summary(path)["rounds"][0]
+    first = read_summary(path)["steps"][0]
     prompt = {"role": "user", "content": P1_PROMPT.format(n=4)}
 
     who = who_asks(config)
@@ -354,7 +354,7 @@ async def test_cost_is_reported_per_model_and_round_when_prices_are_set(tmp_path
         config = make_config({"llm": llm([url], price_per_million=[2.0, 10.0])}, agents=20,
                              rounds=1)
         path = await run_into(tmp_path, config)
-    usage = read_summary(path)["rounds"][0]["usage"]["llm"]
+    usage = read_summary(path)["steps"][0]["usage"]["llm"]
     assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
     expected = (usage["prompt_tokens"] * 2.0 + usage["completion_tokens"] * 10.0) / 1e6
     assert usage["cost"] == pytest.approx(expected, abs=1e-6)

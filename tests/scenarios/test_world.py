@@ -60,7 +60,7 @@ async def test_group_play_reports_reach_only_their_members(
     # group g = id % 3 answers 10·(g+1) plus a little per agent: distinct group means.
     models = scripted(config, lambda agent, round_no: str(10 * (agent % 3 + 1) + agent // 3))
     path = await run_into(tmp_path, config)
-    groups = read_summary(path)["rounds"][0]["groups"]
+    groups = read_summary(path)["steps"][0]["groups"]
     reports = {g["group"]: g["report"] for g in groups}
     assert len(set(reports.values())) == 3
     conversations = merged_conversations(models)
@@ -77,19 +77,19 @@ async def test_the_environment_is_checkpointed_and_monitored(tmp_path: Path) -> 
     monitor = RunMonitor()
     run = RunDirectory.create(tmp_path / "run")
     summary = await play(config, run, monitor=monitor)
-    last = summary["rounds"][-1]
+    last = summary["steps"][-1]
 
     point = latest_checkpoint(run.path)
     assert point is not None and point[0] == 2
     env = Env("game")
-    env.set_state(point[1]["env"])
+    env.set_state(point[1]["envs"][0])
     assert env.query("round") == 2
     assert env.query("target") == pytest.approx(last["target"])
     assert env.query("winner_group") == last["winner_group"]
     for g in last["groups"]:
         assert env.find(group_path(g["group"])).query("report") == pytest.approx(g["report"])
 
-    shown = monitor.snapshot()["environment"]
+    shown = monitor.snapshot().environment
     json.dumps(shown, allow_nan=False)
     assert shown["round"] == 2
     assert shown["target"] == pytest.approx(last["target"])
@@ -111,10 +111,10 @@ async def test_resume_restores_the_environment(tmp_path: Path) -> None:
 
     monitor.round_finished = stop_after_round_one  # type: ignore[method-assign]
     summary = await play(config, run, monitor=monitor)
-    assert summary["status"] == "stopped" and len(summary["rounds"]) == 1
+    assert summary["status"] == "stopped" and len(summary["steps"]) == 1
 
     summary = await play(config, run, resume=True)
     assert summary["status"] == "completed"
     point = latest_checkpoint(run.path)
     assert point is not None and point[0] == 2
-    assert point[1]["env"]["data"]["winners"] == [r["winner_number"] for r in summary["rounds"]]
+    assert point[1]["envs"][0]["data"]["winners"] == [r["winner_number"] for r in summary["steps"]]

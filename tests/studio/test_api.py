@@ -21,9 +21,9 @@ def test_the_runs_list_shows_finished_runs_and_links_reports(client: TestClient,
                                                              workspace: Path) -> None:
     [row] = client.get("/api/runs").json()
     assert row["id"] == "finished" and row["name"] == "tiny"
-    assert (row["status"], row["live"], row["agents"]) == ("done", False, 300)
-    assert (row["rounds_done"], row["rounds_planned"]) == (2, 2)
-    assert row["report"] is False and row["profiles"] is True
+    assert (row["status"], row["live"], row["agents"]) == ("completed", False, 300)
+    assert (row["steps_done"], row["steps_planned"]) == (2, 2)
+    assert row["report"] is False and row["tables"] == ["responses"]
     assert client.get("/runs/finished/report/").status_code == 404
 
     run = workspace / "runs" / "finished"
@@ -35,6 +35,20 @@ def test_the_runs_list_shows_finished_runs_and_links_reports(client: TestClient,
     assert page.status_code == 200 and "figures/mean.png" in page.text
     assert client.get("/runs/finished/report/figures/mean.png").content == b"\x89PNG fake"
     assert client.get("/api/runs/finished").json()["report"] is True
+
+
+def test_the_runs_list_skips_folders_that_hold_no_run(client: TestClient,
+                                                      workspace: Path) -> None:
+    (workspace / "runs" / "notes").mkdir()
+    early = workspace / "runs" / "early"  # killed before its first step was written
+    early.mkdir()
+    (early / "config.yaml").write_text("name: early\nagents: 5\n")
+    rows = {r["id"]: r for r in client.get("/api/runs").json()}
+    assert set(rows) == {"finished", "early"}
+    assert (rows["early"]["status"], rows["early"]["steps_done"]) == ("unknown", 0)
+    snap = client.get("/api/runs/early").json()
+    assert (snap["status"], snap["series"]["steps"], snap["distributions"]) == \
+        ("unknown", [], {})
 
 
 @pytest.mark.parametrize("path", [
@@ -53,11 +67,13 @@ def test_no_endpoint_reads_outside_the_runs(client: TestClient, path: str) -> No
     assert client.get(path).status_code == 404
 
 
-def test_a_finished_run_is_rebuilt_from_disk(client: TestClient) -> None:
+def test_a_finished_run_is_rebuilt_from_disk(client: TestClient, workspace: Path) -> None:
     snap = client.get("/api/runs/finished").json()
-    assert (snap["status"], snap["live"], snap["finished"]) == ("done", False, True)
-    assert sum(snap["histogram"]["counts"]) == snap["histogram"]["valid"] == 300
-    assert [r["round"] for r in snap["rounds"]] == [1, 2]
+    assert (snap["status"], snap["live"], snap["finished"]) == ("completed", False, True)
+    summary = read_summary(workspace / "runs" / "finished")
+    assert snap["series"]["steps"] == [1, 2]
+    assert snap["series"]["metrics"]["mean"] == pytest.approx(
+        [e["mean"] for e in summary["steps"]], rel=1e-5)
 
 
 def test_events_of_a_finished_run_send_one_snapshot_then_end(client: TestClient) -> None:
@@ -65,7 +81,7 @@ def test_events_of_a_finished_run_send_one_snapshot_then_end(client: TestClient)
         assert response.headers["content-type"].startswith("text/event-stream")
         lines = [line for line in response.iter_lines() if line]
     data = [json.loads(line[5:]) for line in lines if line.startswith("data:")]
-    assert data[0]["status"] == "done" and data[-1] == {}
+    assert data[0]["status"] == "completed" and data[-1] == {}
     assert "event: end" in lines
 
 
@@ -97,20 +113,39 @@ def test_bad_agent_filters_get_one_line_errors(client: TestClient) -> None:
 
 
 def test_columns_list_the_values_of_categories(client: TestClient) -> None:
-    columns = {c["name"]: c for c in client.get("/api/runs/finished/columns").json()}
+    info = client.get("/api/runs/finished/columns").json()
+    assert info["table"] == "profiles" and info["step"] is None
+    assert [(t["name"], t["steps"]) for t in info["tables"]] == [("profiles", []),
+                                                                ("responses", [1, 2])]
+    columns = {c["name"]: c for c in info["columns"]}
     assert columns["profession"]["values"] == ["artist", "economist", "writer"]
     assert "values" not in columns["agent_id"]
 
 
-def test_one_agent_shows_its_profile_and_every_answer(client: TestClient) -> None:
+def test_a_per_step_table_is_searched_at_one_step(client: TestClient) -> None:
+    info = client.get("/api/runs/finished/columns", params={"table": "responses"}).json()
+    assert (info["table"], info["step"]) == ("responses", 2)  # the last step by default
+    assert "round" not in [c["name"] for c in info["columns"]]
+    first = client.get("/api/runs/finished/agents",
+                       params={"table": "responses", "step": 1, "agent_id": 3}).json()
+    assert (first["table"], first["step"], first["total"]) == ("responses", 1, 1)
+    assert first["columns"][0] == "agent_id" and "raw" in first["columns"]
+    missing = client.get("/api/runs/finished/agents", params={"table": "responses", "step": 9})
+    assert missing.status_code == 400 and "no step 9" in missing.json()["error"]
+    unknown = client.get("/api/runs/finished/agents", params={"table": "nope"})
+    assert unknown.status_code == 400 and "no table of agents" in unknown.json()["error"]
+
+
+def test_one_agent_shows_its_profile_and_every_row(client: TestClient) -> None:
     a = client.get("/api/runs/finished/agents/4").json()
     assert a["profile"]["profession"] in ("economist", "artist", "writer")
     assert a["profile"]["agent_id"] == 4
-    assert [r["round"] for r in a["rounds"]] == [1, 2]
-    for r in a["rounds"]:
-        assert r["raw"] and r["valid"] and r["number"] == float(r["raw"])
-        assert r["result"]["winner_number"] is not None and r["calls"] == 1
-    assert "{n_players}" in a["prompt"] or "players" in a["prompt"]
+    assert a["tables"] == ["responses"]
+    assert [st["step"] for st in a["steps"]] == [1, 2]
+    for st in a["steps"]:
+        [r] = st["rows"]["responses"]
+        assert r["raw"] and r["valid"] and r["number"] == float(r["raw"]) and r["calls"] == 1
+        assert st["metrics"]["winner_number"] is not None  # what everyone was told then
     missing = client.get("/api/runs/finished/agents/300")
     assert missing.status_code == 404 and missing.json()["error"] == "no agent 300 in this run"
 
@@ -147,7 +182,7 @@ def test_starting_validates_like_populace_run(client: TestClient, workspace: Pat
 
 def test_a_run_started_here_goes_live_and_finishes(client: TestClient, runs: Runs,
                                                    wait_for: Wait) -> None:
-    r = client.post("/api/runs", json={"config": "tiny.yaml", "agents": 500, "rounds": 3})
+    r = client.post("/api/runs", json={"config": "tiny.yaml", "agents": 500, "steps": 3})
     assert r.status_code == 200, r.text
     run_id = r.json()["id"]
     assert run_id.startswith("tiny-")
@@ -155,23 +190,29 @@ def test_a_run_started_here_goes_live_and_finishes(client: TestClient, runs: Run
     assert live is not None
     wait_for(lambda: live.monitor.finished)
     snap = client.get(f"/api/runs/{run_id}").json()
-    assert (snap["status"], snap["live"], snap["agents"], snap["rounds_done"]) == \
-        ("done", True, 500, 3)
+    assert (snap["status"], snap["live"], snap["agents"], snap["steps_done"]) == \
+        ("completed", True, 500, 3)
     summary = read_summary(runs.runs_dir / run_id)
-    assert summary["status"] == "completed" and len(summary["rounds"]) == 3
+    assert summary["status"] == "completed" and len(summary["steps"]) == 3
     ids = [row["id"] for row in client.get("/api/runs").json()]
     assert set(ids) == {run_id, "finished"}
+    # The form's older name for steps still works.
+    r = client.post("/api/runs", json={"config": "tiny.yaml", "agents": 50, "rounds": 1})
+    live = runs.live(r.json()["id"])
+    assert live is not None
+    wait_for(lambda: live.monitor.finished)
+    assert live.monitor.snapshot().steps_done == 1
 
 
-def test_a_run_is_stopped_cleanly_and_keeps_its_finished_rounds(client: TestClient,
-                                                                runs: Runs,
-                                                                wait_for: Wait) -> None:
+def test_a_run_is_stopped_cleanly_and_keeps_its_finished_steps(client: TestClient,
+                                                               runs: Runs,
+                                                               wait_for: Wait) -> None:
     run_id = client.post("/api/runs", json={"config": "experiments/slow.yaml"}).json()["id"]
     live = runs.live(run_id)
     assert live is not None
     again = client.post("/api/runs", json={"config": "tiny.yaml"})
     assert again.status_code == 400 and "still going" in again.json()["error"]
-    wait_for(lambda: live.monitor.snapshot()["rounds_done"] >= 1)
+    wait_for(lambda: live.monitor.snapshot().steps_done >= 1)
     with client.stream("GET", f"/api/runs/{run_id}/events") as response:
         for line in response.iter_lines():
             if line.startswith("data:"):
@@ -183,7 +224,7 @@ def test_a_run_is_stopped_cleanly_and_keeps_its_finished_rounds(client: TestClie
     path = runs.runs_dir / run_id
     summary = read_summary(path)
     assert summary["status"] == "stopped"
-    done = len(summary["rounds"])
+    done = len(summary["steps"])
     assert 1 <= done < 5
     assert read_table(path).num_rows == 300 * done
     assert (path / "checkpoints").is_dir()
@@ -204,13 +245,70 @@ def test_a_run_that_fails_shows_why(client: TestClient, workspace: Path, runs: R
     assert snap["status"] == "failed" and "127.0.0.1:9" in snap["error"]
 
 
+# -- any scenario --------------------------------------------------------------------------------
+COINS = Path(__file__).resolve().parent / "coins.py"
 OPINIONS = Path(__file__).resolve().parents[2] / "examples" / "opinions" / "opinions.py"
 
 
-def test_a_scenario_file_is_started_watched_and_stopped(client: TestClient, workspace: Path,
-                                                         runs: Runs, wait_for: Wait) -> None:
+def test_a_scenario_is_started_shows_its_metrics_and_its_agents(
+        client: TestClient, workspace: Path, runs: Runs, wait_for: Wait) -> None:
+    shutil.copy(COINS, workspace / "coins.py")
+    (workspace / "coins.yaml").write_text(
+        "scenario: coins.py:Coins\nagents: 200\nsteps: 3\nworkers: 2\nsettings: {bias: 0.3}\n")
+    r = client.post("/api/runs", json={"config": "coins.yaml", "steps": 4, "agents": 120})
+    assert r.status_code == 200, r.text
+    run_id = r.json()["id"]
+    live = runs.live(run_id)
+    assert run_id.startswith("coins-") and live is not None
+    wait_for(lambda: live.monitor.finished)
+    snap = client.get(f"/api/runs/{run_id}").json()
+    assert (snap["status"], snap["agents"], snap["steps_done"]) == ("completed", 120, 4)
+    summary = read_summary(runs.runs_dir / run_id)
+    series = snap["series"]
+    assert series["steps"] == [1, 2, 3, 4]
+    assert series["metrics"]["total_heads"] == [e["total_heads"] for e in summary["steps"]]
+    assert series["metrics"]["leader"][-1].startswith("agent ")
+    heads = snap["distributions"]["heads_so_far"]
+    assert (heads["step"], sum(heads["counts"])) == (4, 120)
+
+    # The agent browser works on its per-agent table; it has no profiles.
+    [row] = [r for r in client.get("/api/runs").json() if r["id"] == run_id]
+    assert row["tables"] == ["flips"] and row["steps_done"] == 4
+    info = client.get(f"/api/runs/{run_id}/columns").json()
+    assert (info["table"], info["step"]) == ("flips", 4)
+    assert [c["name"] for c in info["columns"]] == ["agent_id", "heads", "heads_so_far"]
+    page = client.get(f"/api/runs/{run_id}/agents",
+                      params={"step": 2, "attribute": "heads_so_far", "value": "2"}).json()
+    flips = read_table(runs.runs_dir / run_id, "flips").to_pylist()
+    expected = sorted(f["agent_id"] for f in flips if f["step"] == 2 and f["heads_so_far"] == 2)
+    assert page["total"] == len(expected) and [r[0] for r in page["rows"]] == expected[:50]
+    agent = client.get(f"/api/runs/{run_id}/agents/7").json()
+    assert agent["profile"] == {"agent_id": 7} and agent["background"] is None
+    assert [st["step"] for st in agent["steps"]] == [1, 2, 3, 4]
+    mine = [f for f in flips if f["agent_id"] == 7]
+    assert [st["rows"]["flips"][0]["heads_so_far"] for st in agent["steps"]] == \
+        [f["heads_so_far"] for f in mine]
+    assert agent["steps"][0]["metrics"]["total_heads"] == summary["steps"][0]["total_heads"]
+    assert client.get(f"/api/runs/{run_id}/agents/120").status_code == 404
+
+
+def test_an_override_a_scenario_cannot_take_is_refused(client: TestClient,
+                                                        workspace: Path) -> None:
+    shutil.copy(COINS, workspace / "coins.py")
+    (workspace / "coins.yaml").write_text("scenario: coins.py:Coins\nsettings: {bias: heavy}\n")
+    r = client.post("/api/runs", json={"config": "coins.yaml"})
+    assert r.status_code == 400 and r.json()["error"].startswith(
+        f"{workspace / 'coins.yaml'}: settings.bias")
+    (workspace / "odd.yaml").write_text("scenario: coins.py:Nope\n")
+    r = client.post("/api/runs", json={"config": "odd.yaml"})
+    assert r.status_code == 400 and "no Scenario class 'Nope'" in r.json()["error"]
+
+
+def test_the_opinions_example_is_started_watched_and_stopped(
+        client: TestClient, workspace: Path, runs: Runs, wait_for: Wait) -> None:
     shutil.copy(OPINIONS, workspace / "opinions.py")
-    (workspace / "town.yaml").write_text("scenario: opinions.py\nname: town\ndays: 3\n")
+    (workspace / "town.yaml").write_text("scenario: opinions.py:Opinions\nname: town\n"
+                                         "steps: 3\n")
     r = client.post("/api/runs", json={"config": "town.yaml", "agents": 300})
     assert r.status_code == 200, r.text
     run_id = r.json()["id"]
@@ -218,35 +316,34 @@ def test_a_scenario_file_is_started_watched_and_stopped(client: TestClient, work
     assert run_id.startswith("town-") and live is not None
     wait_for(lambda: live.monitor.finished)
     snap = client.get(f"/api/runs/{run_id}").json()
-    assert (snap["status"], snap["agents"], snap["rounds_done"]) == ("done", 300, 3)
+    assert (snap["status"], snap["agents"], snap["steps_done"]) == ("completed", 300, 3)
     assert "meetings" in snap["environment"]
+    assert {"mean", "std", "meetings", "mood_west", "date"} <= set(snap["series"]["metrics"])
+    assert sum(snap["distributions"]["opinion"]["counts"]) == 300
     summary = read_summary(runs.runs_dir / run_id)
-    assert summary["status"] == "completed" and len(summary["result"]["days"]) == 3
+    assert summary["status"] == "completed" and len(summary["steps"]) == 3
 
     # A long one, stopped from the studio after its first day.
-    (workspace / "long.yaml").write_text("scenario: opinions.py\nname: long\ndays: 500\n")
+    (workspace / "long.yaml").write_text("scenario: opinions.py:Opinions\nname: long\n"
+                                         "steps: 500\n")
     run_id = client.post("/api/runs", json={"config": "long.yaml", "agents": 2000}).json()["id"]
     live = runs.live(run_id)
     assert live is not None
-    wait_for(lambda: live.monitor.snapshot()["rounds_done"] >= 1)
+    wait_for(lambda: live.monitor.snapshot().steps_done >= 1)
     assert client.post(f"/api/runs/{run_id}/stop").json()["status"] == "stopping"
     wait_for(lambda: live.monitor.finished)
     assert client.get(f"/api/runs/{run_id}").json()["status"] == "stopped"
     summary = read_summary(runs.runs_dir / run_id)
-    assert summary["status"] == "stopped" and 1 <= len(summary["result"]["days"]) < 500
+    assert summary["status"] == "stopped" and 1 <= len(summary["steps"]) < 500
 
 
-def test_a_scenario_file_is_checked_and_its_failure_shown(client: TestClient, workspace: Path,
-                                                         runs: Runs, wait_for: Wait) -> None:
+def test_a_scenario_that_breaks_shows_why(client: TestClient, workspace: Path, runs: Runs,
+                                          wait_for: Wait) -> None:
     (workspace / "mine.py").write_text(
-        "DEFAULTS = {'agents': 10, 'speed': 1.5}\n\n"
-        "async def run(config):\n    raise RuntimeError('no luck')\n")
-    (workspace / "bad.yaml").write_text("scenario: mine.py\nspeed: fast\n")
-    r = client.post("/api/runs", json={"config": "bad.yaml"})
-    assert r.status_code == 400
-    assert r.json()["error"] == (f"{workspace / 'bad.yaml'}: speed: expected a number (like "
-                                 "the default 1.5), got 'fast'")
-    (workspace / "fails.yaml").write_text("scenario: mine.py\n")
+        "from populace.launch import Scenario\n\n"
+        "class Mine(Scenario):\n"
+        "    async def step(self, run, t):\n        raise RuntimeError('no luck')\n")
+    (workspace / "fails.yaml").write_text("scenario: mine.py\nagents: 5\n")
     run_id = client.post("/api/runs", json={"config": "fails.yaml"}).json()["id"]
     live = runs.live(run_id)
     assert live is not None
@@ -254,3 +351,4 @@ def test_a_scenario_file_is_checked_and_its_failure_shown(client: TestClient, wo
     snap = client.get(f"/api/runs/{run_id}").json()
     assert (snap["status"], snap["error"]) == ("failed", "RuntimeError: no luck")
     assert "Traceback" in (runs.runs_dir / run_id / "error.txt").read_text()
+    assert read_summary(runs.runs_dir / run_id)["status"] == "failed"

@@ -102,16 +102,16 @@ def test_run_stopped_from_the_studio_exits_cleanly(tmp_path: Path,
     processes.append(proc)
     base = url_from(proc).split("#")[0].rstrip("/")
     deadline = time.monotonic() + 20
-    while httpx.get(f"{base}/api/runs/long").json()["rounds_done"] < 1:
+    while httpx.get(f"{base}/api/runs/long").json()["steps_done"] < 1:
         assert time.monotonic() < deadline
         time.sleep(0.1)
     assert httpx.post(f"{base}/api/runs/long/stop").json()["status"] == "stopping"
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
-    assert "stopped from the studio; finished rounds are in" in out
+    assert "stopped from the studio; finished steps are in" in out
     assert f"populace run --resume {out_dir}" in out.replace("\n", "")
     summary = read_summary(out_dir)
-    assert summary["status"] == "stopped" and 1 <= len(summary["rounds"]) < 20
+    assert summary["status"] == "stopped" and 1 <= len(summary["steps"]) < 20
 
 
 def test_studio_command_serves_until_interrupted(tmp_path: Path, run_file: Callable[..., Path],

@@ -10,15 +10,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ._runfile import RunFile
 
-#: Metrics shown on a step's line, at most (the summary has them all).
-SHOWN = 10
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return "-" if value is None else str(value)
-
 
 class ConsoleObserver:
     """An :class:`~populace.launch.Observer` that draws on a rich console."""
@@ -32,9 +23,11 @@ class ConsoleObserver:
             console=console, transient=True)
         self._task: Any = None
         self._steps = 0
+        self._describe: Any = None
 
     def run_started(self, run_file: RunFile, summary: dict[str, Any]) -> None:
         self._steps = run_file.options.steps
+        self._describe = run_file.scenario.describe_step
 
     def step_started(self, t: int, steps: int) -> None:
         self._steps = steps
@@ -51,14 +44,13 @@ class ConsoleObserver:
         if self._task is not None:
             self.progress.remove_task(self._task)
             self._task = None
-        self.progress.stop()
+            self.progress.stop()
 
     def step_finished(self, t: int, entry: dict[str, Any]) -> None:
         self._clear()
-        metrics = [f"{k}={_cell(v)}" for k, v in entry.items()
-                   if k not in ("step", "wall_s", "distributions")][:SHOWN]
-        self.console.print(f"step {t}/{self._steps}: {escape(' '.join(metrics))} "
-                           f"[dim]({entry['wall_s']:.2f} s)[/dim]", soft_wrap=True)
+        line = self._describe(t, self._steps, entry)
+        self.console.print(f"{escape(line)} [dim]({entry['wall_s']:.2f} s)[/dim]",
+                           soft_wrap=True)  # one line per step, even in a narrow terminal
 
     def recovering(self, error: BaseException) -> None:
         self._clear()

@@ -138,7 +138,7 @@ def _resume_point(run_dir: RunDirectory, summary: dict[str, Any]) -> tuple[int, 
     summary["steps"] = before.get("steps", [])[:done]
     summary["tables"] = before.get("tables", [])
     summary["resumed_from_step"] = done
-    for table in summary["tables"]:
+    for table in run_dir.partial_tables():
         partial = read_partial(run_dir.path, table)
         if partial is not None and partial[0] == done + 1:
             # Answers saved inside the interrupted step: the recording answers those calls
@@ -226,8 +226,8 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
     for observer in observers:
         observer.run_started(run_file, summary)
     if monitor is not None:
-        lo, hi = run_file.scenario.answer_range or (0.0, 1.0)
-        monitor.run_started(name=o.name, agents=o.agents, rounds=o.steps, low=lo, high=hi,
+        lo, hi = run_file.scenario.live_range(run_file) or (None, None)
+        monitor.run_started(name=o.name, agents=o.agents, steps=o.steps, low=lo, high=hi,
                             workers=o.workers, backend=o.backend, models=sorted(o.models),
                             history=summary["steps"],
                             run_dir=run_dir.path if run_dir is not None else None)
@@ -248,7 +248,10 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
                       observers=observers, replay=replay, resume=resume)
             scenario = run_file.scenario()
             try:
+                t_setup = time.perf_counter()
                 await scenario.setup(run)
+                summary["setup_s"] = round(time.perf_counter() - t_setup, 4)
+                summary["create_s"] = round(run.create_s, 4)
                 if restored is not None:
                     await _restore(run, scenario, restored)
                 if monitor is not None:

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from populace.core import (
+    Agent,
     AgentGroup,
     PerWorker,
     PlaceholderSet,
@@ -52,14 +53,20 @@ def as_numbers(values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _plain(value: Any) -> Any:
-    """A JSON-safe metric value: numpy scalars as Python ones, NaN/inf as None."""
+    """A JSON-safe metric value: numpy scalars as Python ones, NaN/inf as None; lists and
+    string-keyed dicts of those (kept in the summary; only scalars make series)."""
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, bool | int | float | str) or value is None:
         return value
-    raise TypeError(f"a metric is a number, a bool or a string, got {type(value).__name__}")
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: _plain(v) for k, v in value.items()}
+    raise TypeError(f"a metric is a number, a bool, a string, or a list or dict of those; got "
+                    f"{type(value).__name__}")
 
 
 class Run:
@@ -87,10 +94,14 @@ class Run:
         self._replay = replay
         self._resume = resume
         self._rngs: dict[tuple[str, int], np.random.Generator] = {}
-        self._models: PerWorker | None = None
-        self.groups: dict[str, tuple[type, AgentGroup]] = {}
+        self.groups: dict[str, tuple[type[Agent], AgentGroup]] = {}
         self.services: list[EnvService | RemoteEnvService] = []
         self._ended = False
+        self.create_s = 0.0  # seconds spent creating agents
+        self._tables: dict[str, list[pa.Table]] = {}
+        self._metrics: dict[str, Any] = {}
+        self._distributions: dict[str, dict[str, Any]] = {}
+        self._collecting: tuple[PlaceholderSet[Any], tuple[str, Rows] | None] | None = None
         self._begin(0)
 
     # -- what the run is --------------------------------------------------------------------
@@ -109,6 +120,11 @@ class Run:
     @property
     def name(self) -> str:
         return self.options.name
+
+    @property
+    def config(self) -> Any:
+        """What the scenario's ``check`` made of the whole run file (None by default)."""
+        return self.run_file.config
 
     def rng(self, name: str = "default") -> np.random.Generator:
         """A generator for stream ``name`` in the current step (0 in setup), derived from the
@@ -131,21 +147,24 @@ class Run:
         self._ended = True
 
     # -- building the world -----------------------------------------------------------------
-    @property
-    def models(self) -> PerWorker:
-        """The run's models for agents' ``init`` (one :class:`~populace.llm.ModelSet` per
-        worker): every call recorded under ``RUN_DIR/llm_calls``, answered from a recording
-        with ``--replay``, and on resume from the interrupted attempt's recording first."""
-        if self._models is None:
-            calls = self.run_dir.path / "llm_calls" if self.run_dir is not None else None
-            replay_from = (self._replay / "llm_calls" if self._replay is not None
-                           else calls if self._resume else None)
-            self._models = PerWorker(ModelSet.build, dict(self.options.models),
-                                     record_to=calls, replay_from=replay_from,
-                                     resume=self._resume and self._replay is None)
-        return self._models
+    def models(self, names: Sequence[str] | None = None) -> PerWorker:
+        """The run's models (or those in ``names``) for agents' ``init``: one
+        :class:`~populace.llm.ModelSet` per worker. Every call is recorded under
+        ``RUN_DIR/llm_calls``, answered from a recording with ``--replay``, and on resume
+        from the interrupted attempt's recording first."""
+        configs = self.options.models
+        unknown = [n for n in names or () if n not in configs]
+        if unknown:
+            raise ValueError(f"models({unknown[0]!r}): not under models: (have: "
+                             f"{', '.join(configs)})")
+        calls = self.run_dir.path / "llm_calls" if self.run_dir is not None else None
+        replay_from = (self._replay / "llm_calls" if self._replay is not None
+                       else calls if self._resume else None)
+        return PerWorker(ModelSet.build, {n: configs[n] for n in (names or configs)},
+                         record_to=calls, replay_from=replay_from,
+                         resume=self._resume and self._replay is None)
 
-    async def create(self, cls: type, n: int | None = None, *, name: str | None = None,
+    async def create(self, cls: type[Agent], n: int | None = None, *, name: str | None = None,
                      profiles: Any = None, init: dict[str, Any] | None = None,
                      colocate: Any = None) -> AgentGroup:
         """Create ``n`` (default: the run's ``agents``) agents of ``cls``; their
@@ -156,8 +175,10 @@ class Run:
             raise ValueError(f"agents named {label!r} exist already; pass another name=")
         if profiles is None and self.population is not None:
             profiles = self.population.drop_columns(["agent_id"])
+        t0 = time.perf_counter()
         group = await self.sim.create(cls, self.agents if n is None else n, name=label,
                                       profiles=profiles, init=init, colocate=colocate)
+        self.create_s += time.perf_counter() - t0
         self.groups[label] = (cls, group)
         return group
 
@@ -245,7 +266,7 @@ class Run:
         """Write what the step being collected received so far; how many rows (or None)."""
         if self._collecting is None or self._collecting[1] is None or self.run_dir is None:
             return None
-        answers, (table, rows) = self._collecting
+        answers, (table, rows) = self._collecting[0], self._collecting[1]
         done, outcomes = answers.finished()
         keep = [k for k, o in enumerate(outcomes)
                 if not isinstance(o, WorkerLost | SimulationClosed)]
@@ -255,10 +276,10 @@ class Run:
 
     def _begin(self, t: int) -> None:
         self.step = t
-        self._tables: dict[str, list[pa.Table]] = {}
-        self._metrics: dict[str, Any] = {}
-        self._distributions: dict[str, dict[str, Any]] = {}
-        self._collecting: tuple[PlaceholderSet[Any], tuple[str, Rows] | None] | None = None
+        self._tables = {}
+        self._metrics = {}
+        self._distributions = {}
+        self._collecting = None
         self._rngs = {k: v for k, v in self._rngs.items() if k[1] == t}
 
     def _finish(self) -> tuple[dict[str, pa.Table], dict[str, Any], dict[str, Any]]:

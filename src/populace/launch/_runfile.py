@@ -27,7 +27,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from populace.config import format_error, read_yaml
 from populace.core import ConfigError
@@ -37,7 +37,9 @@ from populace.population import PopulationConfig
 from ._scenario import COMMON_OPTIONS, Scenario, ScenarioSettings
 
 #: Scenarios that come with Populace, by name (module:class, imported on use).
-BUILTIN: dict[str, str] = {}
+BUILTIN: dict[str, str] = {"guess_number": "populace.scenarios.guess_number:GuessNumber"}
+#: The scenario of a run file that names none (run files older than scenarios).
+DEFAULT_SCENARIO = "guess_number"
 #: The entry point group through which an installed package adds scenarios.
 ENTRY_POINTS = "populace.scenarios"
 #: Modules imported from scenario files are named with this prefix.
@@ -51,14 +53,14 @@ def _default_models() -> dict[str, ModelConfig]:
 class RunOptions(BaseModel):
     """The options of every run, whatever its scenario (the run file's top-level keys)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     scenario: str = Field(min_length=1, description="built-in name, entry point, or file.py:Class")
     name: str = Field("run", min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
     seed: int = Field(0, ge=0, description="one seed for the whole run")
     agents: int = Field(100, ge=1, description="number of agents")
-    steps: int = Field(1, ge=1, validation_alias=AliasChoices("steps", "rounds"),
-                       description="steps (rounds, days, ticks) to play")
+    steps: int = Field(1, ge=1, description="steps (rounds, days, ticks) to play; the run "
+                       "file may call them rounds:")
     workers: int = Field(1, ge=1, description="worker count (each hosts many agents)")
     backend: Literal["local", "ray"] = Field("local", description="where workers live")
     address: str | None = Field(None, description="Ray cluster to join ('auto', 'ray://…')")
@@ -72,7 +74,7 @@ class RunOptions(BaseModel):
     @model_validator(mode="after")
     def _address(self) -> RunOptions:
         if self.address is not None and self.backend != "ray":
-            raise ValueError("address: only the ray backend joins a cluster (set backend: ray)")
+            raise ValueError("address: is only meaningful with backend: ray")
         return self
 
     def backend_options(self) -> dict[str, Any]:
@@ -89,6 +91,8 @@ class RunFile:
     settings: ScenarioSettings
     #: ``options.scenario`` with a file's path made absolute (resumable from anywhere).
     scenario_ref: str
+    #: What the scenario's :meth:`Scenario.check` made of the whole run file.
+    config: Any = None
 
     @property
     def name(self) -> str:
@@ -97,6 +101,9 @@ class RunFile:
     def resolved(self) -> dict[str, Any]:
         """Everything the run used, defaults included (what ``config.yaml`` records); the
         scenario is written as resolved, so the run directory resumes on its own."""
+        own = self.scenario.resolved(self)
+        if own is not None:
+            return own
         data = self.options.model_dump(mode="json", exclude={"settings"})
         data["scenario"] = self.scenario_ref
         data["settings"] = self.settings.model_dump(mode="json")
@@ -203,13 +210,10 @@ def parse_run_file(data: dict[str, Any], source: Path,
     """Check ``data`` (a run file's mapping) with ``overrides`` applied (None values are
     not set). Scenario settings are the ``settings:`` block plus any top-level key that is
     not a run option."""
-    data = dict(data)
-    if "scenario" not in data:
-        raise ConfigError(f"{source}: scenario: required key is missing (a built-in name, "
-                          "an installed entry point, or path/to/file.py:Class)")
+    data = {"scenario": DEFAULT_SCENARIO, **data}
     if not isinstance(data["scenario"], str):
-        raise ConfigError(f"{source}: scenario: expected a name or path/to/file.py:Class, "
-                          f"got {data['scenario']!r}")
+        raise ConfigError(f"{source}: scenario: unknown scenario {data['scenario']!r} "
+                          "(expected a name or path/to/file.py:Class)")
     cls = resolve_scenario(data["scenario"], source)
     option_keys = {*RunOptions.model_fields, "rounds"}
     settings = data.pop("settings", None) or {}
@@ -221,10 +225,11 @@ def parse_run_file(data: dict[str, Any], source: Path,
         settings[key] = data.pop(key)
     if "rounds" in data and "steps" in data:
         raise ConfigError(f"{source}: rounds: give steps or rounds, not both")
-    given = {("steps" if k == "rounds" else k) for k in data}
+    if "rounds" in data:
+        data["steps"] = data.pop("rounds")
+    given = set(data)
     for key, value in (overrides or {}).items():
         if value is not None:
-            data.pop("rounds", None) if key == "steps" else None
             data[key] = value
             given.add(key)
     refused = sorted((given & COMMON_OPTIONS) - cls.options)
@@ -234,7 +239,8 @@ def parse_run_file(data: dict[str, Any], source: Path,
                           f"(it takes: {', '.join(sorted(cls.options)) or 'none'})")
     options = _validate(RunOptions, {"name": cls.name, **cls.defaults, **data}, str(source), "")
     checked = _validate(cls.Settings, settings, str(source), prefix)
-    return RunFile(source, options, cls, checked, _absolute(options.scenario, source))
+    config = cls.check({**data, **settings}, str(source))
+    return RunFile(source, options, cls, checked, _absolute(options.scenario, source), config)
 
 
 def _absolute(ref: str, source: Path) -> str:

@@ -17,9 +17,24 @@ if TYPE_CHECKING:
     from populace.results import RunData
 
     from ._run import Run
+    from ._runfile import RunFile
 
 #: The run options every scenario takes unless it says otherwise (``Scenario.options``).
 COMMON_OPTIONS = frozenset({"agents", "steps", "seed", "workers", "backend", "address"})
+
+
+#: Metrics shown on a step's line in a terminal, at most (the summary has them all).
+SHOWN = 10
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, bool | int | float | str)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "-" if value is None else str(value)
 
 
 class ScenarioSettings(BaseModel):
@@ -50,6 +65,8 @@ class Scenario:
     options: ClassVar[frozenset[str]] = COMMON_OPTIONS
     #: Defaults for run options when the run file does not set them (e.g. ``{"steps": 14}``).
     defaults: ClassVar[dict[str, Any]] = {}
+    #: Metrics in the terminal's table of steps (default: the first few).
+    shown: ClassVar[tuple[str, ...] | None] = None
     #: The range of the studio's live histogram of collected answers, if they are numbers.
     answer_range: ClassVar[tuple[float, float] | None] = None
 
@@ -67,6 +84,33 @@ class Scenario:
 
     def set_state(self, state: Any) -> None:
         """Restore what :meth:`get_state` returned (after :meth:`setup`, on resume)."""
+
+    # -- hooks for what a class says about its runs (before any instance exists) ------------
+    @classmethod
+    def check(cls, data: dict[str, Any], source: str) -> Any:
+        """Checks across the whole run file (``data``: its keys with overrides applied,
+        ``steps`` for the step count) beyond those of ``Settings``; raise
+        :class:`~populace.core.ConfigError` with one line. What it returns is
+        :attr:`Run.config` (None by default)."""
+        return None
+
+    @classmethod
+    def resolved(cls, run_file: RunFile) -> dict[str, Any] | None:
+        """The run file as ``config.yaml`` records it; None for the generic form (options,
+        ``scenario:`` and ``settings:``). Either must load again with ``--resume``."""
+        return None
+
+    @classmethod
+    def live_range(cls, run_file: RunFile) -> tuple[float, float] | None:
+        """The range of the studio's live answer histogram (default :attr:`answer_range`)."""
+        return cls.answer_range
+
+    @classmethod
+    def describe_step(cls, t: int, steps: int, entry: dict[str, Any]) -> str:
+        """The line a terminal shows when step ``t`` is written (rich markup escaped)."""
+        shown = [f"{k}={_cell(v)}" for k, v in entry.items()
+                 if k not in ("step", "wall_s") and _scalar(v)][:SHOWN]
+        return f"step {t}/{steps}: {' '.join(shown)}"
 
     def figures(self, run: RunData) -> dict[str, Figure]:
         """Extra figures for ``populace report`` (name → matplotlib figure)."""

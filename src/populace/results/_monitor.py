@@ -1,14 +1,17 @@
 """The live view of a run: what the studio shows while a simulation is going.
 
-A run writes into a :class:`RunMonitor` as it goes (``play(config, run_dir, monitor=m)``);
-the studio reads :meth:`RunMonitor.snapshot`, a small JSON-able dict of aggregates whose size
-does not grow with the number of agents: a million agents give the same few kilobytes as ten.
+A run writes into a :class:`RunMonitor` as it goes (the launcher does it for every
+scenario); the studio reads :meth:`RunMonitor.snapshot`, a :class:`RunSnapshot` of
+aggregates whose size does not grow with the number of agents: a million agents give the
+same few kilobytes as ten.
 
-What goes in: the run's status, the current round's progress (from its ``PlaceholderSet``),
-a histogram of the numbers that have arrived (fixed bins, updated with one ``np.histogram``
-per poll over the values that came since the last one), answer latencies, errors by kind,
-per-round summary rows, and the simulation's own ``statistics()`` — workers and the
-``statistics()`` of their per-worker resources (model clients: requests, tokens, endpoints).
+What goes in, for any scenario: the run's status, the step in progress (from the
+``PlaceholderSet`` it collects), a histogram of the answers that have arrived (fixed bins,
+updated with one ``np.histogram`` per poll over the values that came since the last one),
+answer latencies, errors by kind, every scalar metric of every finished step (series), the
+distributions the last finished step declared, monitored environment values, and the
+simulation's own ``statistics()`` — workers and the ``statistics()`` of their per-worker
+resources (model clients: requests, tokens, endpoints).
 
 The run and the studio may live in different threads. The writer only ever *replaces* what
 a reader may be holding (new arrays, new tuples, new dicts), so a snapshot needs no lock.
@@ -17,11 +20,14 @@ a reader may be holding (new arrays, new tuples, new dicts), so a snapshot needs
 from __future__ import annotations
 
 import collections
+import dataclasses
+import math
 import os
 import re
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,22 +40,196 @@ from populace.llm import ModelStats
 #: Turns a batch of arrived replies into (numbers, NaN where invalid; latencies in seconds).
 Measure = Callable[[Sequence[Any]], tuple[np.ndarray, np.ndarray]]
 
-FINISHED = frozenset({"done", "stopped", "failed"})
+#: How a run ends (the launcher's vocabulary); before that: starting, running, stopping.
+FINISHED = frozenset({"completed", "stopped", "interrupted", "failed"})
 MAX_WORKER_ROWS = 64
-MAX_ROUND_ROWS = 100
+MAX_STEP_ROWS = 100      # steps kept in the metric series (the latest)
+MAX_METRICS = 20         # metrics shown (the first reported); the rest are counted
+MAX_DISTRIBUTIONS = 8
+MAX_BINS = 120           # more bins are merged (a distribution of 1,000 bins: 9 → 1)
+MAX_TEXT = 40            # characters of a text metric
 MAX_KINDS = 20
 MAX_ENDPOINTS = 32
 MAX_ENV_KEYS = 40
-ROUND_FIELDS = ("round", "n", "n_valid", "mean", "median", "std", "target", "winner_number",
-                "n_winners", "wall_s")
+AUTO_BINS = 50           # bins of the live histogram when the scenario gives no range
 
 # Latency histogram: 50 bins per decade from 1 ms to 10,000 s (about 5 % resolution).
 _LAT_EDGES = np.geomspace(1e-3, 1e4, 7 * 50 + 1)
 _ERROR_CAUSES = ("timed out", "cannot connect", "server disconnected", "malformed JSON",
                  "truncated response", "empty content", "connection error", "without choices")
 _HTTP = re.compile(r"HTTP (\d{3})")
+_STEP_KEYS = ("step", "round")  # an entry's step number ("round": the game's, older runs)
 
 
+# -- what a snapshot is made of -------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """Counts over bins: ``edges`` has one entry more than ``counts``. ``n`` values were
+    numbers (those outside the edges are not in any bin), ``missing`` were not."""
+
+    edges: tuple[float, ...] = ()
+    counts: tuple[int, ...] = ()
+    n: int = 0
+    missing: int = 0
+    mean: float | None = None
+    std: float | None = None
+    step: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """The answers of the step in progress: ``done`` of ``total`` (``failed`` among them)."""
+
+    step: int = 0
+    done: int = 0
+    failed: int = 0
+    total: int = 0
+
+    @property
+    def fraction(self) -> float:
+        return round(self.done / self.total, 4) if self.total else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStates:
+    """Agents by state (see :meth:`RunMonitor._agent_states`)."""
+
+    idle: int = 0
+    waiting: int = 0
+    in_call: int = 0
+    done: int = 0
+    failed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """Metric series over the latest :data:`MAX_STEP_ROWS` steps: ``metrics[name][k]`` is
+    the value at step ``steps[k]`` (None where that step did not report it)."""
+
+    steps: tuple[int, ...] = ()
+    metrics: Mapping[str, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
+    omitted: int = 0  # metrics beyond MAX_METRICS, not shown
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRow:
+    index: int
+    pid: int | None
+    node: str | None
+    agents: int
+    in_flight: int
+    waiting: int
+    calls_done: int
+    calls_failed: int
+    llm_in_flight: int
+    rss_mb: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRow:
+    model: str
+    requests: int
+    failures: int
+    in_flight: int
+    prompt_tokens: int
+    completion_tokens: int
+    retries: int
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointRow:
+    url: str
+    state: str
+    requests: int
+    failures: int
+    in_flight: int
+    mean_latency_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Latency:
+    """Seconds per answer (all of its calls, retries and queueing)."""
+
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    n: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LLMView:
+    """The run's model traffic, summed over workers."""
+
+    requests: int = 0
+    failures: int = 0
+    in_flight: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    retries: int = 0
+    requests_per_s: float = 0.0
+    answers_per_s: float = 0.0
+    latency_s: Latency = Latency()
+    errors: tuple[tuple[str, int], ...] = ()  # failed answers by kind, most frequent first
+    models: tuple[ModelRow, ...] = ()
+    endpoints: tuple[EndpointRow, ...] = ()
+    workers_share_memory: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RunSnapshot:
+    """Everything the live page shows of one run; :meth:`to_json` is what it receives."""
+
+    run_id: str | None
+    seq: int
+    status: str
+    error: str | None
+    stop_requested: bool
+    finished: bool
+    live: bool
+    name: str | None
+    agents: int | None
+    steps_planned: int | None
+    backend: str | None
+    n_workers: int | None
+    models: tuple[str, ...]
+    run_dir: str | None
+    started_at: float | None
+    elapsed_s: float | None
+    step: int                       # the step in progress, else the last one played
+    steps_done: int
+    progress: Progress
+    states: AgentStates
+    answers: Histogram              # the answers of the step in progress, so far
+    distributions: Mapping[str, Histogram]  # those the last finished step declared
+    series: Series
+    llm: LLMView
+    workers: tuple[WorkerRow, ...]
+    workers_omitted: int
+    environment: Mapping[str, Any]
+    tables: tuple[str, ...] = ()    # per-step tables on disk (for a run read from disk)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON types only (no NaN, no numpy scalars)."""
+        out: dict[str, Any] = _plain(self)
+        out["progress"]["fraction"] = self.progress.fraction
+        return out
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, np.generic):
+        return _plain(value.item())
+    return value
+
+
+# -- small helpers --------------------------------------------------------------------------
 def error_kind(error: BaseException) -> str:
     """A short, countable name for an error: its type, and the HTTP status or cause if any."""
     name = type(error).__name__
@@ -64,12 +244,41 @@ def error_kind(error: BaseException) -> str:
 
 
 def bin_edges(low: float, high: float, bins: int | None = None) -> np.ndarray:
-    """Histogram edges over ``[low, high]``: one bin per integer when the range is a small
-    whole number (answers are usually integers), else ``bins`` (default 50) equal bins."""
+    """Histogram edges over ``[low, high]``: one bin per integer when the range spans 10 to
+    200 whole numbers (answers there are often integers: the game's 0…100), else ``bins``
+    (default 50) equal bins (``[0, 1]`` is more often a share than a yes/no)."""
     span = high - low
-    if bins is None and span == int(span) and 0 < span <= 200:
+    if bins is None and span == int(span) and 10 <= span <= 200:
         return np.linspace(low - 0.5, high + 0.5, int(span) + 2)
     return np.linspace(low, high, (bins or 50) + 1)
+
+
+def _fit(edges: np.ndarray | None, counts: np.ndarray, values: np.ndarray
+         ) -> tuple[np.ndarray, np.ndarray]:
+    """Equal bins that cover ``values`` as well as what ``counts`` holds: the first batch
+    sets the range, later values outside it double the bin width (pairs of bins merge, so
+    every count stays exact) until they fit."""
+    mn, mx = float(values.min()), float(values.max())
+    b = AUTO_BINS
+    if edges is None:
+        counts = np.zeros(b, dtype=np.int64)
+        if mx - mn < b and bool(np.all(values == np.round(values))):
+            lo, w = mn - 0.5, 1.0  # integers: one bin each
+        else:
+            w = (mx - mn) / (b - 1) if mx > mn else max(abs(mn), 1.0) / b
+            lo = mn - w / 2
+    else:
+        lo, w = float(edges[0]), float(edges[1] - edges[0])
+    while mn < lo or mx > lo + b * w:
+        pairs = counts.reshape(b // 2, 2).sum(axis=1)
+        zeros = np.zeros(b // 2, dtype=np.int64)
+        if mn < lo:
+            lo -= b * w
+            counts = np.concatenate([zeros, pairs])
+        else:
+            counts = np.concatenate([pairs, zeros])
+        w *= 2
+    return lo + w * np.arange(b + 1), counts
 
 
 def _percentile(counts: np.ndarray, q: float) -> float | None:
@@ -85,16 +294,103 @@ def _finite(x: float | None) -> float | None:
     return None if x is None or not np.isfinite(x) else round(float(x), 4)
 
 
+def _short(x: float) -> float | None:
+    """Six significant digits: enough to read, short on the wire."""
+    return float(f"{x:.6g}") if math.isfinite(x) else None
+
+
+def _scalar(value: Any) -> tuple[bool, Any]:
+    """(is it a metric, its shown value): numbers, bools, short text and None are."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or isinstance(value, bool | int):
+        return True, value
+    if isinstance(value, float):
+        return True, _short(value)
+    if isinstance(value, str):
+        return True, value[:MAX_TEXT]
+    return False, None
+
+
+def step_of(entry: Mapping[str, Any]) -> int:
+    """The step number of a summary entry (``step``; ``round`` in the game's older runs)."""
+    for key in _STEP_KEYS:
+        value = entry.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return 0
+
+
+def _row(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A summary entry's scalar metrics, with its step under ``step``."""
+    step = step_of(entry)
+    row: dict[str, Any] = {"step": step}
+    for key, value in entry.items():
+        if key == "step" or (key == "round" and value == step):
+            continue
+        ok, shown = _scalar(value)
+        if ok:
+            row[str(key)[:80]] = shown
+    return row
+
+
+def _series(rows: Sequence[Mapping[str, Any]]) -> Series:
+    names = list(dict.fromkeys(k for r in rows for k in r if k != "step"))
+    shown = names[:MAX_METRICS]
+    if "wall_s" in names and "wall_s" not in shown:  # the time per step is always shown
+        shown[-1] = "wall_s"
+    return Series(steps=tuple(int(r["step"]) for r in rows),
+                  metrics={k: tuple(r.get(k) for r in rows) for k in shown},
+                  omitted=len(names) - len(shown))
+
+
+def _histogram(data: Any, step: int) -> Histogram | None:
+    """A declared distribution (``{"edges", "counts", "n", "missing", "mean"}``), with more
+    than :data:`MAX_BINS` bins merged; None if it is not one."""
+    if not isinstance(data, Mapping):
+        return None
+    try:
+        edges = [float(e) for e in data["edges"]]
+        counts = [int(c) for c in data["counts"]]
+    except (KeyError, TypeError, ValueError):
+        return None
+    if len(edges) != len(counts) + 1:
+        return None
+    if len(counts) > MAX_BINS:
+        k = -(-len(counts) // MAX_BINS)
+        counts = [sum(counts[i:i + k]) for i in range(0, len(counts), k)]
+        edges = [*edges[:-1:k], edges[-1]]
+    mean = data.get("mean")
+    std = data.get("std")
+    return Histogram(
+        edges=tuple(_short(e) or 0.0 for e in edges), counts=tuple(counts),
+        n=int(data.get("n") or sum(counts)), missing=int(data.get("missing") or 0),
+        mean=_short(float(mean)) if isinstance(mean, int | float) else None,
+        std=_short(float(std)) if isinstance(std, int | float) else None, step=step)
+
+
+def _distributions(entry: Mapping[str, Any]) -> dict[str, Histogram]:
+    found = entry.get("distributions")
+    if not isinstance(found, Mapping):
+        return {}
+    out = {}
+    for name, data in list(found.items())[:MAX_DISTRIBUTIONS]:
+        h = _histogram(data, step_of(entry))
+        if h is not None:
+            out[str(name)[:80]] = h
+    return out
+
+
 class RunMonitor:
     """Live state of one run, written by the run and read by the studio.
 
     >>> monitor = RunMonitor()
-    >>> summary = await play(config, run_dir, monitor=monitor)  # doctest: +SKIP
-    >>> monitor.snapshot()["status"]                              # doctest: +SKIP
-    'done'
+    >>> summary = await launch(run_file, run_dir, monitor=monitor)  # doctest: +SKIP
+    >>> monitor.snapshot().series.metrics["share_yes"]              # doctest: +SKIP
+    (0.41, 0.47, 0.52)
 
-    ``request_stop()`` asks the run to stop: it abandons the round in progress (finished
-    rounds and their checkpoint stay on disk, so ``populace run --resume`` can continue) and
+    ``request_stop()`` asks the run to stop: it abandons the step in progress (finished
+    steps and their checkpoint stay on disk, so ``populace run --resume`` can continue) and
     ends with status ``stopped``.
     """
 
@@ -110,23 +406,27 @@ class RunMonitor:
         self._info: dict[str, Any] = {}
         self._started_at = time.time()
         self._ended_at: float | None = None
-        self._rounds: tuple[dict[str, Any], ...] = ()
+        self._rows: tuple[dict[str, Any], ...] = ()
+        self._steps_done = 0
+        self._series = Series()
+        self._dists: dict[str, Histogram] = {}
         self._env: dict[str, Any] = {}
         self._kinds: dict[str, int] = {}
         self._lat = np.zeros(len(_LAT_EDGES) - 1, dtype=np.int64)
-        self._edges = bin_edges(0, 100, bins)
-        self._answered_before = 0  # answers of finished rounds
+        self._auto = True  # the live histogram's range follows the answers
+        self._fixed: np.ndarray | None = None  # its edges when the run gives a range
+        self._answered_before = 0  # answers of finished steps
         self._answers: PlaceholderSet[Any] | None = None
         self._measure: Measure | None = None
         self._pending: list[Sequence[Any]] = []
         self._pending_errors: list[Sequence[BaseException]] = []
-        self._reset_round(0, 0)
-        self._workers: tuple[dict[str, Any], ...] = ()
-        self._llm: dict[str, Any] = {}
+        self._reset_step(0, 0)
+        self._workers: tuple[WorkerRow, ...] = ()
+        self._llm = LLMView()
         self._waiting = 0  # calls waiting on placeholders (at the last refresh)
         self._places: dict[int, tuple[int | None, str | None]] = {}
         self._samples: collections.deque[tuple[float, int, int]] = collections.deque(maxlen=64)
-        self._rates = {"requests_per_s": 0.0, "answers_per_s": 0.0}
+        self._rates = (0.0, 0.0)  # requests and answers per second
         self._last_refresh = 0.0
 
     # -- control -----------------------------------------------------------------------------
@@ -146,22 +446,33 @@ class RunMonitor:
         return self.status in FINISHED
 
     # -- written by the run ------------------------------------------------------------------
-    def run_started(self, *, name: str, agents: int, rounds: int, low: float = 0.0,
-                    high: float = 100.0, workers: int = 1, backend: str = "local",
+    def run_started(self, *, name: str, agents: int, steps: int | None = None,
+                    rounds: int | None = None, low: float | None = None,
+                    high: float | None = None, workers: int = 1, backend: str = "local",
                     models: Sequence[str] = (), run_dir: str | Path | None = None,
                     history: Sequence[Mapping[str, Any]] = (), bins: int | None = None
                     ) -> None:
-        """The run is preparing (population, backgrounds, workers). ``history``: summary rows
-        of rounds an earlier, interrupted attempt already finished. ``bins``: histogram bins
-        over ``[low, high]`` (default: the monitor's, else one per integer when that fits)."""
-        self._info = {"name": name, "agents": agents, "rounds_planned": rounds,
-                      "low": low, "high": high, "workers": workers, "backend": backend,
-                      "models": list(models), "run_dir": str(run_dir) if run_dir else None}
-        self._edges = bin_edges(low, high, bins or self._bins)
-        self._rounds = tuple(self._row(r) for r in history)
+        """The run is preparing (population, workers). ``steps`` planned (``rounds`` is the
+        same). ``history``: summary entries of steps an earlier, interrupted attempt
+        already finished. The live histogram of answers has ``bins`` (default: one per
+        integer when that fits, else 50) over ``[low, high]``; without them its range
+        follows the answers."""
+        self._info = {"name": name, "agents": agents,
+                      "steps_planned": steps if steps is not None else rounds,
+                      "workers": workers, "backend": backend, "models": tuple(models),
+                      "run_dir": str(run_dir) if run_dir else None}
+        self._auto = low is None or high is None
+        self._fixed = None if self._auto else bin_edges(float(low or 0.0), float(high or 0.0),
+                                                        bins or self._bins)
+        rows = tuple(_row(e) for e in history)
+        self._steps_done = len(rows)
+        self._rows = rows[-MAX_STEP_ROWS:]
+        self._series = _series(self._rows)
+        last = next((e for e in reversed(history) if e.get("distributions")), None)
+        self._dists = _distributions(last) if last is not None else {}
         self._answered_before = 0
-        self._reset_round(0, 0)
-        # Also after a failed attempt: the CLI restarts a run that lost a worker.
+        self._reset_step(0, 0)
+        # Also after a failed attempt: the launcher restarts a run that lost a worker.
         self.status = "stopping" if self._stop else "starting"
         self.error = None
         self._ended_at = None
@@ -182,10 +493,11 @@ class RunMonitor:
             self.status = "running"
         self.refresh(sim.statistics(), force=True)
 
-    def round_started(self, round_no: int, answers: PlaceholderSet[Any],
+    def round_started(self, step: int, answers: PlaceholderSet[Any],
                       measure: Measure | None = None) -> None:
-        """Round ``round_no`` began; its replies arrive in ``answers``."""
-        self._reset_round(round_no, len(answers))
+        """Step ``step`` collects ``answers``; ``measure`` turns arrived ones into numbers
+        for the live histogram (without it, only progress is shown)."""
+        self._reset_step(step, len(answers))
         self._measure = measure
         answers.add_listener(self._arrived)
         self._answers = answers
@@ -194,7 +506,7 @@ class RunMonitor:
     def round_progress(self, stats: SimulationStats | None = None) -> bool:
         """Fold in what arrived since the last call; refresh statistics now and then.
 
-        Returns True when a stop was requested: the run should abandon the round. The
+        Returns True when a stop was requested: the run should abandon the step. The
         monitor then stops listening to it, so the failures of its teardown are not counted.
         """
         self._drain()
@@ -206,35 +518,45 @@ class RunMonitor:
             return True
         return False
 
-    def round_finished(self, row: Mapping[str, Any], stats: SimulationStats | None = None
+    def round_finished(self, entry: Mapping[str, Any], stats: SimulationStats | None = None
                        ) -> None:
-        """The round is scored; ``row`` is its summary entry."""
+        """A step ended; ``entry`` is its summary entry (``step``, metrics, distributions)."""
         self._drain()
         self._answered_before += self._done
         self._answers = None
-        self._rounds = (*self._rounds, self._row(row))
+        row = _row(entry)
+        if row["step"] != self._step:  # a step that collected nothing
+            self._reset_step(row["step"], 0)
+        self._rows = (*self._rows, row)[-MAX_STEP_ROWS:]
+        self._steps_done += 1
+        self._series = _series(self._rows)
+        dists = _distributions(entry)
+        if dists:
+            self._dists = dists
         if stats is not None:
             self.refresh(stats, force=True)
         self._seq += 1
 
     def run_finished(self, status: str, error: str | None = None) -> None:
-        """The run ended: ``completed``/``done``, ``stopped``, ``failed`` or ``interrupted``.
-        The first call wins; later ones are ignored."""
+        """The run ended: ``completed``, ``stopped``, ``interrupted`` or ``failed``. The
+        first call wins; later ones are ignored."""
         if self.finished:
             return
         self._drain()
         self.error = error
         self._ended_at = time.time()
         self._answers = None
-        self._rates = {"requests_per_s": 0.0, "answers_per_s": 0.0}
+        self._rates = (0.0, 0.0)
         # The workers are gone: nothing is in flight any more.
-        self._workers = tuple({**w, "in_flight": 0, "waiting": 0, "llm_in_flight": 0}
+        self._workers = tuple(dataclasses.replace(w, in_flight=0, waiting=0, llm_in_flight=0)
                               for w in self._workers)
-        if self._llm:
-            self._llm = {**self._llm, "in_flight": 0,
-                         "models": [{**m, "in_flight": 0} for m in self._llm["models"]],
-                         "endpoints": [{**e, "in_flight": 0} for e in self._llm["endpoints"]]}
-        self.status = {"completed": "done", "interrupted": "stopped"}.get(status, status)
+        llm = self._llm
+        self._llm = dataclasses.replace(
+            llm, in_flight=0, models=tuple(dataclasses.replace(m, in_flight=0)
+                                           for m in llm.models),
+            endpoints=tuple(dataclasses.replace(e, in_flight=0) for e in llm.endpoints))
+        self.status = status if status in FINISHED else \
+            {"done": "completed"}.get(status, "failed")
         self._seq += 1
 
     def set_environment(self, key: str, value: Any) -> None:
@@ -252,7 +574,7 @@ class RunMonitor:
         if not force and now - self._last_refresh < self._interval:
             return
         self._last_refresh = now
-        rows: list[dict[str, Any]] = []
+        rows: list[WorkerRow] = []
         models: dict[str, list[int]] = {}
         endpoints: dict[str, list[Any]] = {}
         waiting = 0
@@ -278,88 +600,76 @@ class RunMonitor:
                     ep[5] += e.latency_sum
             waiting += w.waiting_on_dependencies
             rss = rss_seen.get(pid) if pid is not None else None
-            rows.append({"index": w.index, "pid": pid, "node": node, "agents": w.agents,
-                         "in_flight": w.in_flight, "waiting": w.waiting_on_dependencies,
-                         "calls_done": w.calls_done, "calls_failed": w.calls_failed,
-                         "llm_in_flight": llm_in_flight,
-                         "rss_mb": round(rss / 2**20, 1) if rss is not None else None})
+            rows.append(WorkerRow(w.index, pid, node, w.agents, w.in_flight,
+                                  w.waiting_on_dependencies, w.calls_done, w.calls_failed,
+                                  llm_in_flight,
+                                  round(rss / 2**20, 1) if rss is not None else None))
         total = [sum(v[k] for v in models.values()) for k in range(6)]
         self._sample(now, total[0])
-        shared = len(rss_seen) == 1 and len(rows) > 1
         self._workers = tuple(rows[:MAX_WORKER_ROWS])
-        self._llm = {
-            "requests": total[0], "failures": total[1], "in_flight": total[2],
-            "prompt_tokens": total[3], "completion_tokens": total[4], "retries": total[5],
-            "models": [{"model": k, "requests": v[0], "failures": v[1], "in_flight": v[2],
-                        "prompt_tokens": v[3], "completion_tokens": v[4], "retries": v[5]}
-                       for k, v in sorted(models.items())[:MAX_ENDPOINTS]],
-            "endpoints": [{"url": e[0], "state": e[1], "requests": e[2], "failures": e[3],
-                           "in_flight": e[4],
-                           "mean_latency_s": (round(e[5] / (e[2] - e[4]), 4)
-                                              if e[2] > e[4] else None)}
-                          for e in list(endpoints.values())[:MAX_ENDPOINTS]],
-            "workers_share_memory": shared,
-        }
+        self._llm = dataclasses.replace(
+            self._llm, requests=total[0], failures=total[1], in_flight=total[2],
+            prompt_tokens=total[3], completion_tokens=total[4], retries=total[5],
+            models=tuple(ModelRow(k, *v) for k, v in sorted(models.items())[:MAX_ENDPOINTS]),
+            endpoints=tuple(
+                EndpointRow(e[0], e[1], e[2], e[3], e[4],
+                            round(e[5] / (e[2] - e[4]), 4) if e[2] > e[4] else None)
+                for e in list(endpoints.values())[:MAX_ENDPOINTS]),
+            workers_share_memory=len(rss_seen) == 1 and len(rows) > 1)
         self._waiting = waiting
         self._seq += 1
 
     # -- read by the studio ------------------------------------------------------------------
-    def snapshot(self) -> dict[str, Any]:
-        """Everything the live page shows, as plain JSON types; a few kilobytes at any scale."""
+    def snapshot(self) -> RunSnapshot:
+        """Everything the live page shows (``.to_json()`` for the wire); a few kilobytes at
+        any scale, cheap to take."""
         info = self._info
-        counts = self._hist
+        edges, counts = self._binned
         valid, total_sum, total_sq = self._valid, self._sum, self._sumsq
         mean = total_sum / valid if valid else None
-        std = float(np.sqrt(max(total_sq / valid - mean * mean, 0.0))) if valid and mean \
-            is not None else None
+        std = float(np.sqrt(max(total_sq / valid - mean * mean, 0.0))) \
+            if valid and mean is not None else None
         lat = self._lat
-        done, failed, size = self._done, self._failed, self._total
         end = self._ended_at or time.time()
-        rounds = self._rounds[-MAX_ROUND_ROWS:]
-        return {
-            "run_id": self.run_id,
-            "seq": self._seq,
-            "status": self.status,
-            "error": self.error,
-            "stop_requested": self._stop,
-            "finished": self.finished,
-            "live": True,
-            **{k: info.get(k) for k in ("name", "agents", "rounds_planned", "backend",
-                                        "models", "run_dir")},
-            "n_workers": info.get("workers"),
-            "started_at": round(self._started_at, 3),
-            "elapsed_s": round(end - self._started_at, 2),
-            "round": self._round,
-            "rounds_done": len(self._rounds),
-            "progress": {"round": self._round, "done": done, "failed": failed, "total": size,
-                         "fraction": round(done / size, 4) if size else 0.0},
-            "states": self._agent_states(self._waiting),
-            "histogram": {
-                "round": self._round,
-                "edges": [round(float(x), 4) for x in self._edges[[0, -1]]],
-                "counts": counts.tolist(),
-                "valid": valid, "invalid": self._invalid,
-                "mean": _finite(mean), "std": _finite(std),
-            },
-            "llm": {**self._llm, **self._rates,
-                    "latency_s": {"p50": _finite(_percentile(lat, 0.5)),
-                                  "p90": _finite(_percentile(lat, 0.9)),
-                                  "p99": _finite(_percentile(lat, 0.99)),
-                                  "n": int(lat.sum())},
-                    "errors": sorted(self._kinds.items(), key=lambda kv: -kv[1])[:MAX_KINDS]},
-            "workers": list(self._workers),
-            "workers_omitted": max(0, int(info.get("workers") or 0) - len(self._workers)),
-            "rounds": list(rounds),
-            "environment": dict(self._env),
-        }
+        requests_per_s, answers_per_s = self._rates
+        return RunSnapshot(
+            run_id=self.run_id, seq=self._seq, status=self.status, error=self.error,
+            stop_requested=self._stop, finished=self.finished, live=True,
+            name=info.get("name"), agents=info.get("agents"),
+            steps_planned=info.get("steps_planned"), backend=info.get("backend"),
+            n_workers=info.get("workers"), models=info.get("models", ()),
+            run_dir=info.get("run_dir"), started_at=round(self._started_at, 3),
+            elapsed_s=round(end - self._started_at, 2),
+            step=self._step, steps_done=self._steps_done,
+            progress=Progress(self._step, self._done, self._failed, self._total),
+            states=self._agent_states(self._waiting),
+            answers=Histogram(
+                edges=tuple(round(float(x), 6) for x in edges) if edges is not None else (),
+                counts=tuple(counts.tolist()) if edges is not None else (),
+                n=valid, missing=self._invalid, mean=_finite(mean), std=_finite(std),
+                step=self._step),
+            distributions=self._dists, series=self._series,
+            llm=dataclasses.replace(
+                self._llm, requests_per_s=requests_per_s, answers_per_s=answers_per_s,
+                latency_s=Latency(_finite(_percentile(lat, 0.5)),
+                                  _finite(_percentile(lat, 0.9)),
+                                  _finite(_percentile(lat, 0.99)), int(lat.sum())),
+                errors=tuple(sorted(self._kinds.items(), key=lambda kv: -kv[1])[:MAX_KINDS])),
+            workers=self._workers,
+            workers_omitted=max(0, int(info.get("workers") or 0) - len(self._workers)),
+            environment=dict(self._env))
 
     # -- internals ---------------------------------------------------------------------------
-    def _reset_round(self, round_no: int, total: int) -> None:
-        self._round = round_no
+    def _reset_step(self, step: int, total: int) -> None:
+        self._step = step
         self._total = total
         self._done = 0
         self._failed = 0
-        self._hist = np.zeros(len(self._edges) - 1, dtype=np.int64)
+        fixed = self._fixed
+        # Edges and counts travel together: a reader never sees one without the other.
+        self._binned: tuple[np.ndarray | None, np.ndarray] = (
+            (fixed, np.zeros(len(fixed) - 1, dtype=np.int64)) if fixed is not None
+            else (None, np.zeros(0, dtype=np.int64)))
         self._valid = self._invalid = 0
         self._sum = self._sumsq = 0.0
         self._pending = []
@@ -370,7 +680,7 @@ class RunMonitor:
     def _arrived(self, values: Sequence[Any], errors: Sequence[BaseException]) -> None:
         # On the delivery path: only keep references; _drain does the work.
         if self._answers is None:
-            return  # a round no longer watched (abandoned)
+            return  # a step no longer watched (abandoned)
         if values:
             self._pending.append(values)
         if errors:
@@ -393,9 +703,15 @@ class RunMonitor:
             return
         values = pending[0] if len(pending) == 1 else [v for b in pending for v in b]
         numbers, latency = self._measure(values)
-        ok = numbers[~np.isnan(numbers)]
-        counts, _ = np.histogram(ok, bins=self._edges)
-        self._hist = self._hist + counts  # a new array: readers may hold the old one
+        numbers = np.asarray(numbers, dtype=np.float64)
+        ok = numbers[np.isfinite(numbers)]
+        edges, counts = self._binned
+        if ok.size:
+            if self._auto:
+                edges, counts = _fit(edges, counts, ok)
+            assert edges is not None
+            # A new array: readers may hold the old one.
+            self._binned = (edges, counts + np.histogram(ok, bins=edges)[0])
         self._valid += int(ok.size)
         self._invalid += int(numbers.size - ok.size)
         self._sum += float(ok.sum())
@@ -407,21 +723,21 @@ class RunMonitor:
             self._lat = self._lat + np.bincount(idx, minlength=len(self._lat))
         self._seq += 1
 
-    def _agent_states(self, waiting: int) -> dict[str, int]:
-        """Agents by state. Members of the round in progress that have not answered are in
+    def _agent_states(self, waiting: int) -> AgentStates:
+        """Agents by state. Members of the step in progress that have not answered are in
         their call unless waiting on a placeholder; everyone else is idle. (Counting from
-        the round, not from workers' in-flight counters, keeps this right on Ray, whose
+        the step, not from workers' in-flight counters, keeps this right on Ray, whose
         statistics arrive with results and are stale while every agent waits.)"""
         agents = int(self._info.get("agents") or 0)
         size = self._total
-        if self._round == 0:
-            return {"idle": agents, "waiting": 0, "in_call": 0, "done": 0, "failed": 0}
+        if self._step == 0 or size == 0:
+            return AgentStates(idle=agents)
         remaining = max(0, size - self._done)
         waiting = min(remaining, waiting) if self._answers is not None else 0
         in_call = remaining - waiting if self._answers is not None else 0
-        return {"idle": max(0, agents - size) + remaining - waiting - in_call,
-                "waiting": waiting, "in_call": in_call,
-                "done": self._done - self._failed, "failed": self._failed}
+        return AgentStates(idle=max(0, agents - size) + remaining - waiting - in_call,
+                           waiting=waiting, in_call=in_call,
+                           done=self._done - self._failed, failed=self._failed)
 
     def _sample(self, now: float, requests: int) -> None:
         answered = self._answered_before + self._done
@@ -431,16 +747,8 @@ class RunMonitor:
             samples.popleft()
         t0, r0, a0 = samples[0]
         if now - t0 >= 0.2:
-            self._rates = {"requests_per_s": round((requests - r0) / (now - t0), 1),
-                           "answers_per_s": round((answered - a0) / (now - t0), 1)}
-
-    @staticmethod
-    def _row(row: Mapping[str, Any]) -> dict[str, Any]:
-        out = {k: row.get(k) for k in ROUND_FIELDS if k in row}
-        for k, v in out.items():
-            if isinstance(v, float):
-                out[k] = _finite(v)
-        return out
+            self._rates = (round((requests - r0) / (now - t0), 1),
+                           round((answered - a0) / (now - t0), 1))
 
 
 def _model_stats(resources: Sequence[Any]) -> list[ModelStats]:
@@ -453,63 +761,43 @@ def _model_stats(resources: Sequence[Any]) -> list[ModelStats]:
     return found
 
 
-def run_snapshot(run_dir: str | Path) -> dict[str, Any]:
-    """The same view as :meth:`RunMonitor.snapshot`, for a run that is not live: from its
-    ``summary.json``, ``config.yaml`` and the last round's numbers."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-    import yaml
-
-    from ._rundir import read_summary
+def run_snapshot(run_dir: str | Path) -> RunSnapshot:
+    """The same view as :meth:`RunMonitor.snapshot`, for a run that is not live, from its
+    summary: metric series, the last step's distributions, status and sizes."""
+    from ._rundir import RunDirectory, read_summary
 
     d = Path(run_dir)
     try:
         summary = read_summary(d)
     except (OSError, ValueError):
-        summary = {"status": "unknown", "rounds": []}
-    try:
-        config = yaml.safe_load((d / "config.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        config = {}
-    game = config.get("game")
-    if not isinstance(game, dict):
-        game = {}
-    low, high = float(game.get("low", 0)), float(game.get("high", 100))
-    edges = bin_edges(low, high)
-    rows = [RunMonitor._row(r) for r in summary.get("rounds", []) if isinstance(r, dict)]
-    counts = np.zeros(len(edges) - 1, dtype=np.int64)
-    valid = invalid = 0
-    shown = rows[-1]["round"] if rows else 0
-    part = d / "parts" / f"responses-r{shown:05d}.parquet"
-    if shown and part.exists():
-        try:
-            numbers = pq.read_table(part, columns=["number"]).column("number")
-            ok = pc.drop_null(numbers).to_numpy()
-            counts, _ = np.histogram(ok, bins=edges)
-            valid, invalid = int(ok.size), int(numbers.null_count)
-        except (OSError, KeyError, ValueError):
-            pass
-    last = rows[-1] if rows else {}
+        summary = {"status": "unknown"}
+    if not isinstance(summary, dict):
+        summary = {"status": "unknown"}
+    entries = [e for e in (summary.get("steps") or summary.get("rounds") or [])
+               if isinstance(e, Mapping)]
+    rows = [_row(e) for e in entries]
+    last_dists = next((e for e in reversed(entries) if e.get("distributions")), None)
     status = str(summary.get("status", "unknown"))
-    agents = summary.get("agents") or config.get("agents")
-    return {
-        "run_id": d.name, "seq": 0,
-        "status": {"completed": "done", "interrupted": "stopped"}.get(status, status),
-        "error": summary.get("error"), "stop_requested": False, "finished": True,
-        "live": False,
-        "name": summary.get("name") or config.get("name") or d.name, "agents": agents,
-        "rounds_planned": summary.get("rounds_planned") or config.get("rounds"),
-        "n_workers": config.get("workers"), "backend": config.get("backend"),
-        "models": summary.get("models") or [], "run_dir": str(d),
-        "started_at": None, "elapsed_s": summary.get("wall_s"),
-        "round": shown, "rounds_done": len(rows),
-        "progress": {"round": shown, "done": last.get("n") or 0, "failed": 0,
-                     "total": last.get("n") or 0, "fraction": 1.0 if rows else 0.0},
-        "states": {"idle": 0, "waiting": 0, "in_call": 0, "done": last.get("n") or 0,
-                   "failed": 0},
-        "histogram": {"round": shown, "edges": [float(edges[0]), float(edges[-1])],
-                      "counts": counts.tolist(), "valid": valid, "invalid": invalid,
-                      "mean": last.get("mean"), "std": last.get("std")},
-        "llm": {}, "workers": [], "workers_omitted": 0,
-        "rounds": rows[-MAX_ROUND_ROWS:], "environment": {},
-    }
+    status = {"done": "completed"}.get(status, status)
+    agents = summary.get("agents")
+    shown = rows[-1]["step"] if rows else 0
+    try:
+        tables = RunDirectory(d).table_names()
+    except OSError:
+        tables = []
+    models = summary.get("models")
+    return RunSnapshot(
+        run_id=d.name, seq=0, status=status, error=summary.get("error"),
+        stop_requested=False, finished=True, live=False,
+        name=summary.get("name") or d.name,
+        agents=agents if isinstance(agents, int) else None,
+        steps_planned=summary.get("steps_planned") or summary.get("rounds_planned"),
+        backend=summary.get("backend"), n_workers=summary.get("workers"),
+        models=tuple(str(m) for m in models) if isinstance(models, list) else (),
+        run_dir=str(d), started_at=None, elapsed_s=summary.get("wall_s"),
+        step=shown, steps_done=len(rows), progress=Progress(step=shown),
+        states=AgentStates(idle=agents if isinstance(agents, int) else 0),
+        answers=Histogram(step=shown),
+        distributions=_distributions(last_dists) if last_dists is not None else {},
+        series=_series(rows[-MAX_STEP_ROWS:]), llm=LLMView(), workers=(), workers_omitted=0,
+        environment={}, tables=tuple(str(t) for t in tables))

@@ -1,9 +1,14 @@
-"""The agent browser: search a run's agents, open one and read everything it said.
+"""The agent browser: search a run's agents, open one and read every row it has.
 
-Profiles come from ``profiles.parquet`` (without the long ``background`` column, cached per
-file); filtering and paging happen here, so the browser receives one page, never a million
-rows. One agent's answers are read from the responses files with a filter on ``agent_id``
-(Parquet row-group statistics skip most of each file).
+It works on whatever the run recorded per agent: the profile table (when the run sampled a
+population) and every per-step table with an ``agent_id`` column (a scenario's
+``run.record("flips", {...})``, the game's ``responses``). A search lists the rows of one
+table — the profiles, or a per-step table at one step — filtered and paged here, so the
+browser receives one page, never a million rows. One agent's page shows its profile and,
+step by step, its rows in every table next to the run's metrics of that step.
+
+Tables are read through :class:`populace.results.RunDirectory` and kept (a few at a time)
+until the run writes another step of them.
 """
 
 from __future__ import annotations
@@ -11,19 +16,23 @@ from __future__ import annotations
 import json
 import math
 from collections import OrderedDict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
+
+from populace.results import RunDirectory
 
 MAX_PAGE = 200
-MAX_CELL = 160
+MAX_CELL = 160           # characters of a text cell in a search result
+MAX_TEXT = 20_000        # characters of a text cell on an agent's page
 MAX_DISTINCT = 60
+MAX_AGENT_ROWS = 500     # rows of one table on an agent's page (the latest)
+PROFILES = "profiles"    # the run's profile table (one row per agent), when it has one
 _HIDDEN = ("background",)  # long text: shown on the agent's own page only
-_ROUND_COLUMNS = ("round", "model", "number", "valid", "raw", "extract_raw", "error",
-                  "latency_s", "calls", "retries", "prompt_tokens", "completion_tokens")
+_STEP_COLUMNS = ("step", "round")  # a per-step table's step column ("round": the game's)
 
 
 class AgentQueryError(ValueError):
@@ -34,63 +43,127 @@ class UnknownAgent(LookupError):
     """The run has no agent with that id."""
 
 
-def _cell(value: Any) -> Any:
+def _cell(value: Any, limit: int = MAX_CELL) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
-    if isinstance(value, str) and len(value) > MAX_CELL:
-        return value[:MAX_CELL] + "…"
+    if isinstance(value, str) and len(value) > limit:
+        return value[:limit] + "…"
     return value
 
 
-class AgentBrowser:
-    """Queries over the agents of run directories (a few profile tables kept in memory)."""
+def _step_column(table: pa.Table) -> str | None:
+    return next((c for c in _STEP_COLUMNS if c in table.column_names), None)
 
-    def __init__(self, cache_size: int = 4) -> None:
-        self._cache: OrderedDict[tuple[str, int, int], pa.Table] = OrderedDict()
+
+def _plain_types(table: pa.Table) -> pa.Table:
+    """Categories (dictionary columns) as their values, so filters treat them as text."""
+    for i, field in enumerate(table.schema):
+        if pa.types.is_dictionary(field.type):
+            table = table.set_column(i, field.name, table.column(i).cast(field.type.value_type))
+    return table
+
+
+class AgentBrowser:
+    """Queries over the agents of run directories (a few tables kept in memory)."""
+
+    def __init__(self, cache_size: int = 8) -> None:
+        self._cache: OrderedDict[tuple[str, str], tuple[tuple[int, ...], pa.Table]] = \
+            OrderedDict()
         self._cache_size = cache_size
 
-    def _profiles(self, run: Path) -> pa.Table:
-        path = run / "profiles.parquet"
-        try:
-            st = path.stat()
-        except OSError:
-            raise FileNotFoundError("this run has no profiles.parquet (yet)") from None
-        key = (str(path), st.st_mtime_ns, st.st_size)
-        table = self._cache.get(key)
-        if table is None:
-            names = pq.read_schema(path).names
-            table = pq.read_table(path, columns=[c for c in names if c not in _HIDDEN])
-            for i, field in enumerate(table.schema):  # categories: filter them as text
-                if pa.types.is_dictionary(field.type):
-                    table = table.set_column(i, field.name,
-                                             table.column(i).cast(field.type.value_type))
-            self._cache[key] = table
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-        self._cache.move_to_end(key)
+    # -- tables ------------------------------------------------------------------------------
+    def _table(self, run: Path, name: str) -> pa.Table:
+        """Table ``name`` of ``run`` (FileNotFoundError if it has none), re-read when the run
+        has written steps of it since."""
+        key = (str(run), name)
+        directory = RunDirectory(run)
+        version = tuple(directory.part_steps(name)) if name != PROFILES else ()
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] == version:
+            self._cache.move_to_end(key)
+            return hit[1]
+        if name == PROFILES:
+            profiles = directory.read_profiles()
+            if profiles is None:
+                raise FileNotFoundError("this run has no profiles")
+            table = _plain_types(profiles)
+        else:
+            table = _plain_types(directory.read_table(name))
+        self._cache[key] = (version, table)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
         return table
 
-    def columns(self, run: Path) -> list[dict[str, Any]]:
-        """The filterable columns, with their distinct values where there are few."""
-        table = self._profiles(run)
+    def tables(self, run: Path) -> list[dict[str, Any]]:
+        """The tables with one row per agent (per step): the profiles first, when there
+        are some, then the run's per-step tables that have an ``agent_id`` column."""
         out = []
-        for name in table.column_names:
-            col = table.column(name)
+        recorded = RunDirectory(run).table_names()
+        for name in (PROFILES, *(t for t in recorded if t != PROFILES)):
+            try:
+                table = self._table(run, name)
+            except (FileNotFoundError, OSError, pa.ArrowInvalid):
+                continue  # not written yet (or being replaced right now)
+            if "agent_id" not in table.column_names:
+                continue
+            step = _step_column(table) if name != PROFILES else None
+            steps = sorted(int(s) for s in pc.unique(table.column(step)).to_pylist()
+                           if s is not None) if step else []
+            out.append({"name": name, "steps": steps, "rows": table.num_rows})
+        return out
+
+    def _pick(self, run: Path, table: str | None, step: int | None
+              ) -> tuple[dict[str, Any], list[dict[str, Any]], pa.Table]:
+        """(the chosen table's entry, every entry, its rows at ``step``)."""
+        known = self.tables(run)
+        if not known:
+            raise FileNotFoundError("this run has recorded no table of agents (yet)")
+        chosen = next((t for t in known if t["name"] == table), None) if table else known[0]
+        if chosen is None:
+            raise AgentQueryError(f"no table of agents named {table!r} (known: "
+                                  f"{', '.join(t['name'] for t in known)})")
+        rows = self._table(run, chosen["name"])
+        column = _step_column(rows) if chosen["name"] != PROFILES else None
+        if column is not None and chosen["steps"]:
+            at = chosen["steps"][-1] if step is None else step
+            if at not in chosen["steps"]:
+                raise AgentQueryError(f"{chosen['name']} has no step {at} (it has steps "
+                                      f"{chosen['steps'][0]}–{chosen['steps'][-1]})")
+            rows = rows.filter(pc.equal(rows.column(column), at)).drop_columns([column])
+            chosen = {**chosen, "step": at}
+        keep = [c for c in rows.column_names if c not in _HIDDEN]
+        order = ["agent_id", *(c for c in keep if c != "agent_id")]
+        return chosen, known, rows.select(order)
+
+    # -- queries -----------------------------------------------------------------------------
+    def columns(self, run: Path, *, table: str | None = None, step: int | None = None
+                ) -> dict[str, Any]:
+        """The tables of agents, and the filterable columns of one (``table`` at ``step``;
+        by default the profiles, else the first table at its last step), with their
+        distinct values where there are few."""
+        chosen, known, rows = self._pick(run, table, step)
+        out = []
+        for name in rows.column_names:
+            col = rows.column(name)
             entry: dict[str, Any] = {"name": name, "type": str(col.type)}
             if name != "agent_id" and (pa.types.is_string(col.type)
-                                       or pa.types.is_integer(col.type)):
+                                       or pa.types.is_integer(col.type)
+                                       or pa.types.is_floating(col.type)
+                                       or pa.types.is_boolean(col.type)):
                 distinct = pc.unique(col)
                 if len(distinct) <= MAX_DISTINCT:
                     entry["values"] = sorted((v for v in distinct.to_pylist() if v is not None),
                                              key=str)
             out.append(entry)
-        return out
+        return {"table": chosen["name"], "step": chosen.get("step"), "tables": known,
+                "columns": out}
 
-    def search(self, run: Path, *, agent_id: int | None = None, group: int | None = None,
+    def search(self, run: Path, *, table: str | None = None, step: int | None = None,
+               agent_id: int | None = None, group: int | None = None,
                attribute: str | None = None, value: str | None = None, page: int = 0,
                size: int = 50) -> dict[str, Any]:
-        """One page of the agents matching every filter given."""
-        table = self._profiles(run)
+        """One page of the rows of ``table`` (at ``step``) matching every filter given."""
+        chosen, _, rows = self._pick(run, table, step)
         size = max(1, min(size, MAX_PAGE))
         mask = None
 
@@ -98,49 +171,56 @@ class AgentBrowser:
             return m if mask is None else pc.and_(mask, m)
 
         if agent_id is not None:
-            mask = both(pc.equal(table.column("agent_id"), agent_id))
-        if group is not None and "group" in table.column_names:
-            mask = both(pc.equal(table.column("group"), group))
+            mask = both(pc.equal(rows.column("agent_id"), agent_id))
+        if group is not None and "group" in rows.column_names:
+            mask = both(pc.equal(rows.column("group"), group))
         if attribute:
-            if attribute not in table.column_names:
+            if attribute not in rows.column_names:
                 raise AgentQueryError(f"no attribute {attribute!r} (known: "
-                                      f"{', '.join(table.column_names)})")
+                                      f"{', '.join(rows.column_names)})")
             if value not in (None, ""):
-                mask = both(_match(table.column(attribute), attribute, str(value)))
+                mask = both(_match(rows.column(attribute), attribute, str(value)))
         if mask is not None:
-            table = table.filter(pc.fill_null(mask, False))
-        total = table.num_rows
+            rows = rows.filter(pc.fill_null(mask, False))
+        total = rows.num_rows
         page = max(0, page)
-        rows = table.slice(page * size, size)
-        data = [[_cell(v) for v in row.values()] for row in rows.to_pylist()]
-        return {"total": total, "page": page, "size": size, "pages": max(1, -(-total // size)),
-                "columns": rows.column_names, "rows": data}
+        shown = rows.slice(page * size, size)
+        data = [[_cell(v) for v in row.values()] for row in shown.to_pylist()]
+        return {"table": chosen["name"], "step": chosen.get("step"), "total": total,
+                "page": page, "size": size, "pages": max(1, -(-total // size)),
+                "columns": shown.column_names, "rows": data}
 
-    def agent(self, run: Path, agent_id: int, rounds: list[dict[str, Any]] | None = None
-              ) -> dict[str, Any]:
-        """Agent ``agent_id``: its profile, background and every answer, round by round.
-
-        ``rounds``: the run's summary rows, to show what the moderator told everyone.
-        """
-        path = run / "profiles.parquet"
-        if not path.is_file():
-            raise FileNotFoundError("this run has no profiles.parquet (yet)")
-        found = pq.read_table(path, filters=[("agent_id", "=", agent_id)])
-        if found.num_rows == 0:
+    def agent(self, run: Path, agent_id: int, *,
+              metrics: Mapping[int, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+        """Agent ``agent_id``: its profile and background, and step by step its rows in
+        every table of agents, next to ``metrics`` (step → the run's metrics then)."""
+        profile: dict[str, Any] | None = None
+        background = None
+        rows_by_step: dict[int, dict[str, list[dict[str, Any]]]] = {}
+        names = []
+        for entry in self.tables(run):
+            table = self._table(run, entry["name"])
+            found = table.filter(pc.equal(table.column("agent_id"), agent_id))
+            if entry["name"] == PROFILES:
+                if found.num_rows:
+                    profile = found.slice(0, 1).to_pylist()[0]
+                    background = profile.pop("background", None)
+                continue
+            names.append(entry["name"])
+            column = _step_column(found)
+            for row in found.slice(max(0, found.num_rows - MAX_AGENT_ROWS)).to_pylist():
+                at = int(row.pop(column) or 0) if column else 0
+                row.pop("agent_id", None)
+                shown = {k: _cell(v, MAX_TEXT) for k, v in row.items()}
+                rows_by_step.setdefault(at, {}).setdefault(entry["name"], []).append(shown)
+        if profile is None and not rows_by_step:
             raise UnknownAgent(f"no agent {agent_id} in this run")
-        profile = {k: v for k, v in found.slice(0, 1).to_pylist()[0].items()}
-        background = profile.pop("background", None)
-        told = {r.get("round"): r for r in rounds or []}
-        messages = []
-        for row in _answers(run, agent_id):
-            row = {k: _cell(v) if k not in ("raw", "extract_raw") else v for k, v in row.items()}
-            outcome = told.get(row.get("round"))
-            if outcome is not None:
-                row["result"] = {"target": outcome.get("target"),
-                                 "winner_number": outcome.get("winner_number")}
-            messages.append(row)
-        return {"agent_id": agent_id, "profile": {k: _cell(v) for k, v in profile.items()},
-                "background": background, "rounds": messages}
+        steps = [{"step": at, "rows": rows_by_step[at],
+                  "metrics": dict((metrics or {}).get(at, {}))}
+                 for at in sorted(rows_by_step)]
+        return {"agent_id": agent_id,
+                "profile": {k: _cell(v) for k, v in (profile or {"agent_id": agent_id}).items()},
+                "background": background, "tables": names, "steps": steps}
 
 
 def _match(col: pa.ChunkedArray, name: str, value: str) -> Any:
@@ -155,19 +235,3 @@ def _match(col: pa.ChunkedArray, name: str, value: str) -> Any:
     if not isinstance(number, int | float) or isinstance(number, bool):
         raise AgentQueryError(f"{name} holds numbers; {value!r} is not one")
     return pc.equal(col, number)
-
-
-def _answers(run: Path, agent_id: int) -> list[dict[str, Any]]:
-    """The agent's rows of every round written so far, in round order."""
-    whole = run / "responses.parquet"
-    files = [whole] if whole.is_file() else sorted((run / "parts").glob("responses-r*.parquet"))
-    rows: list[dict[str, Any]] = []
-    for f in files:
-        try:
-            names = pq.read_schema(f).names
-            t = pq.read_table(f, columns=[c for c in _ROUND_COLUMNS if c in names],
-                              filters=[("agent_id", "=", agent_id)])
-        except (OSError, pa.ArrowInvalid):
-            continue  # a file being replaced right now; the next look will find it
-        rows.extend(t.to_pylist())
-    return sorted(rows, key=lambda r: r.get("round") or 0)

@@ -4,13 +4,13 @@ Endpoints (all under the security rules of ``_security``)::
 
     GET  /                                  the page (plain HTML/JS/CSS, no build step)
     GET  /api/runs                          runs: live ones, then those on disk
-    POST /api/runs                          start {"config": "examples/x.yaml", "agents": …}
+    POST /api/runs                          start {"config": "x.yaml", "agents": …, "steps": …}
     GET  /api/runs/{id}                     one snapshot (live, or rebuilt from disk)
     GET  /api/runs/{id}/events              snapshots as server-sent events, twice a second
     POST /api/runs/{id}/stop                ask a live run to stop
-    GET  /api/runs/{id}/columns             the profile columns an agent search can filter
-    GET  /api/runs/{id}/agents              one page of matching agents
-    GET  /api/runs/{id}/agents/{agent_id}   one agent: profile, background, every answer
+    GET  /api/runs/{id}/columns             the tables of agents; one's filterable columns
+    GET  /api/runs/{id}/agents              one page of matching rows of one table
+    GET  /api/runs/{id}/agents/{agent_id}   one agent: profile, background, rows per step
     GET  /api/configs                       run files the studio may start
     GET  /runs/{id}/report/                 the run's report.html (and files it links)
 """
@@ -24,14 +24,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import yaml
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 
 import populace
-from populace.results import read_summary, run_snapshot
+from populace.results import run_snapshot
 
 from ._agents import AgentBrowser, AgentQueryError, UnknownAgent
 from ._runs import NotFound, Refused, Runs
@@ -46,7 +45,8 @@ class StartRequest(BaseModel):
 
     config: str = Field(max_length=1000)
     agents: int | None = Field(None, ge=1)
-    rounds: int | None = Field(None, ge=1)
+    steps: int | None = Field(None, ge=1)
+    rounds: int | None = Field(None, ge=1)  # the same as steps
     workers: int | None = Field(None, ge=1)
     seed: int | None = None
 
@@ -88,11 +88,13 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
     async def unknown(_: Request, e: UnknownAgent) -> JSONResponse:
         return JSONResponse({"error": str(e)}, status_code=404)
 
-    def snapshot(run_id: str) -> dict[str, Any]:
+    def view(run_id: str) -> Any:  # a RunSnapshot (not exported by populace.results yet)
         live = runs.live(run_id)
-        path = runs.path(run_id)
-        snap = live.monitor.snapshot() if live is not None else run_snapshot(path)
-        snap["report"] = (path / "report.html").is_file()
+        return live.monitor.snapshot() if live is not None else run_snapshot(runs.path(run_id))
+
+    def snapshot(run_id: str) -> dict[str, Any]:
+        snap = view(run_id).to_json()
+        snap["report"] = (runs.path(run_id) / "report.html").is_file()
         return snap
 
     # -- pages -------------------------------------------------------------------------------
@@ -159,40 +161,28 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
 
     # -- agents ------------------------------------------------------------------------------
     @app.get("/api/runs/{run_id}/columns")
-    def columns(run_id: str) -> list[dict[str, Any]]:
-        return agents.columns(runs.path(run_id))
+    def columns(run_id: str, table: str | None = None, step: int | None = None
+                ) -> dict[str, Any]:
+        return agents.columns(runs.path(run_id), table=table, step=step)
 
     @app.get("/api/runs/{run_id}/agents")
-    def search_agents(run_id: str, agent_id: int | None = None, group: int | None = None,
+    def search_agents(run_id: str, table: str | None = None, step: int | None = None,
+                      agent_id: int | None = None, group: int | None = None,
                       attribute: str | None = None, value: str | None = None, page: int = 0,
                       size: int = 50) -> dict[str, Any]:
-        return agents.search(runs.path(run_id), agent_id=agent_id, group=group,
-                             attribute=attribute, value=value, page=page, size=size)
+        return agents.search(runs.path(run_id), table=table, step=step, agent_id=agent_id,
+                             group=group, attribute=attribute, value=value, page=page,
+                             size=size)
 
     @app.get("/api/runs/{run_id}/agents/{agent_id}")
     def agent(run_id: str, agent_id: int) -> dict[str, Any]:
-        path = runs.path(run_id)
-        try:
-            rounds = read_summary(path).get("rounds", [])
-        except (OSError, ValueError):
-            rounds = []
-        found = agents.agent(path, agent_id, rounds)
-        found["prompt"] = _prompt(path)
-        return found
+        series = view(run_id).series
+        metrics = {t: {k: v[i] for k, v in series.metrics.items() if v[i] is not None}
+                   for i, t in enumerate(series.steps)}
+        return agents.agent(runs.path(run_id), agent_id, metrics=metrics)
 
     @app.get("/api/configs")
     def configs() -> list[str]:
         return runs.configs()
 
     return Guard(app, token=token, loopback=loopback)
-
-
-def _prompt(run: Path) -> str | None:
-    """The round prompt template the run used (``game.prompt`` of its config.yaml)."""
-    try:
-        config = yaml.safe_load((run / "config.yaml").read_text())
-    except (OSError, yaml.YAMLError):
-        return None
-    game = config.get("game") if isinstance(config, dict) else None
-    prompt = game.get("prompt") if isinstance(game, dict) else None
-    return prompt if isinstance(prompt, str) else None

@@ -4,32 +4,32 @@ Every run is a directory directly under the runs directory, named by its id. Ids
 requests are checked against a strict pattern and resolved; anything that would land
 outside the runs directory (``..``, absolute paths, symlinks out) is simply not found.
 
-Runs started from the studio each get a thread with its own event loop, running
-``play(config, run_dir, monitor=...)``. A simulation of a million agents keeps its loop busy
-for seconds at a time (creating agents, building a round's table); on a loop of its own it
-cannot stall the web server, which keeps answering between the interpreter's thread
-switches. Stopping is a flag on the monitor that the run checks every tenth of a second:
-the round in progress is abandoned, finished rounds and their checkpoint stay on disk.
+Runs started from the studio each get a thread with its own event loop, running the one
+launcher (``launch(run_file, run_dir, monitor=...)``), so they get what ``populace run``
+gives: checkpoints, recovery from a lost worker, the summary. A simulation of a million
+agents keeps its loop busy for seconds at a time (creating agents, building a step's
+table); on a loop of its own it cannot stall the web server, which keeps answering between
+the interpreter's thread switches. Stopping is a flag on the monitor that the run checks
+every tenth of a second: the step in progress is abandoned, finished steps and their
+checkpoint stay on disk.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+import traceback
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from populace.config import load_config, read_yaml
 from populace.core import ConfigError, PopulaceError
-from populace.results import RunDirectory, RunMonitor
-from populace.scenarios._file import Outcome, ScenarioFile, is_scenario_file
-from populace.scenarios.guess_number import RunConfig, play
+from populace.launch import RunFile, launch, load_run_file
+from populace.results import RunDirectory, RunMonitor, run_snapshot
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _CONFIG_SUFFIXES = (".yaml", ".yml")
@@ -57,23 +57,16 @@ class LiveRun:
     config: str | None = None
 
 
-Runner = Callable[[RunConfig, RunDirectory, RunMonitor], Any]
-
-
-def _play(config: RunConfig, run_dir: RunDirectory, monitor: RunMonitor) -> Any:
-    return asyncio.run(play(config, run_dir, monitor=monitor))
-
-
-def _run_scenario_file(scenario: ScenarioFile, run_dir: RunDirectory,
-                       monitor: RunMonitor) -> None:
-    outcome = Outcome(scenario, run_dir, monitor)
+def _run_to_end(run: RunFile, run_dir: RunDirectory, monitor: RunMonitor) -> None:
+    """Run ``run`` to its end in this thread (on an event loop of its own); the launcher
+    recovers from a lost worker by resuming from the last checkpoint."""
     try:
-        result = asyncio.run(scenario.run(monitor))
-    except Exception as e:  # the user's code: its traceback goes to error.txt
-        scenario.failure(e, run_dir)
-        outcome.finish("failed", error=f"{type(e).__name__}: {e}")
-        return
-    outcome.finish("completed", result=result)
+        asyncio.run(launch(run, run_dir, monitor=monitor))
+    except (PopulaceError, OSError):
+        raise
+    except Exception as e:  # the scenario's own code broke: keep its traceback
+        (run_dir.path / "error.txt").write_text("".join(traceback.format_exception(e)))
+        raise
 
 
 class Runs:
@@ -83,13 +76,12 @@ class Runs:
     directory and the runs directory's parent, by default).
     """
 
-    def __init__(self, runs_dir: str | Path, roots: Sequence[str | Path] | None = None, *,
-                 runner: Runner = _play) -> None:
+    def __init__(self, runs_dir: str | Path, roots: Sequence[str | Path] | None = None
+                 ) -> None:
         self.runs_dir = Path(runs_dir).resolve()
         if roots is None:
             roots = [Path.cwd(), self.runs_dir.parent]
         self.roots = list(dict.fromkeys(Path(r).resolve() for r in roots))
-        self._runner = runner
         self._live: dict[str, LiveRun] = {}
 
     # -- ids and paths -----------------------------------------------------------------------
@@ -125,44 +117,42 @@ class Runs:
         """One row per run, newest first: live runs, then run directories on disk."""
         rows: dict[str, dict[str, Any]] = {}
         for live in list(self._live.values()):  # a copy: a run may start meanwhile
-            rows[live.run_id] = self._row(live.path, live)
+            row = self._row(live.path, live)
+            assert row is not None
+            rows[live.run_id] = row
         if self.runs_dir.is_dir():
             found = []
             for p in self.runs_dir.iterdir():
                 if p.name in rows or not _RUN_ID.fullmatch(p.name) or not p.is_dir():
                     continue
-                if (p / "summary.json").is_file() or (p / "config.yaml").is_file():
-                    found.append((p.stat().st_mtime, p))
+                found.append((p.stat().st_mtime, p))
             for _, p in sorted(found, reverse=True)[:MAX_RUNS]:
-                rows[p.name] = self._row(p, None)
+                row = self._row(p, None)
+                if row is not None:
+                    rows[p.name] = row
         return sorted(rows.values(), key=lambda r: (not r["live"], -(r["modified"] or 0)))
 
-    def _row(self, path: Path, live: LiveRun | None) -> dict[str, Any]:
-        summary: dict[str, Any] = {}
-        try:
-            summary = json.loads((path / "summary.json").read_text())
-        except (OSError, ValueError):
-            pass
-        status = str(summary.get("status", "unknown"))
-        status = {"completed": "done", "interrupted": "stopped"}.get(status, status)
-        snap = live.monitor.snapshot() if live is not None else None
+    def _row(self, path: Path, live: LiveRun | None) -> dict[str, Any] | None:
+        disk = run_snapshot(path)
+        snap = live.monitor.snapshot() if live is not None else disk
+        if live is None and snap.status == "unknown" and not _holds_run(path):
+            return None  # a directory, not a run
         try:
             modified: float | None = path.stat().st_mtime
         except OSError:
             modified = None
-        rounds = summary.get("rounds") if isinstance(summary.get("rounds"), list) else []
         return {
             "id": path.name,
-            "name": (snap or {}).get("name") or summary.get("name") or path.name,
-            "status": snap["status"] if snap else status,
+            "name": snap.name or path.name,
+            "status": snap.status,
             "live": live is not None and not live.monitor.finished,
-            "agents": (snap or {}).get("agents") or summary.get("agents"),
-            "rounds_done": snap["rounds_done"] if snap else len(rounds or []),
-            "rounds_planned": (snap or {}).get("rounds_planned") or summary.get("rounds_planned"),
-            "wall_s": summary.get("wall_s"),
+            "agents": snap.agents,
+            "steps_done": snap.steps_done,
+            "steps_planned": snap.steps_planned,
+            "wall_s": snap.elapsed_s,
             "modified": modified,
             "report": (path / "report.html").is_file(),
-            "profiles": (path / "profiles.parquet").is_file(),
+            "tables": list(disk.tables),
         }
 
     # -- configs -----------------------------------------------------------------------------
@@ -224,21 +214,16 @@ class Runs:
         if busy:
             raise Refused(f"run {busy[0]} is still going; stop it before starting another")
         path = self.resolve_config(ref)
+        given = {k: v for k, v in (overrides or {}).items() if v is not None}
+        if "rounds" in given:  # the form's old name for the steps of any scenario
+            given.setdefault("steps", given.pop("rounds"))
         try:
-            config: RunConfig | ScenarioFile
-            if is_scenario_file(path):
-                config = ScenarioFile.load(path, dict(overrides or {}))
-            else:
-                scenario = read_yaml(path).get("scenario", "guess_number")
-                if scenario != "guess_number":
-                    raise Refused(f"{self._display(path)}: scenario {scenario!r}: unknown "
-                                  "(guess_number, or a scenario file: scenario: my_file.py)")
-                config = load_config(path, RunConfig, dict(overrides or {}))
+            run = load_run_file(path, given)
         except ConfigError as e:
             raise Refused(str(e)) from None
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        base = re.sub(r"[^A-Za-z0-9._-]+", "-", config.name).strip("-.") or "run"
+        base = re.sub(r"[^A-Za-z0-9._-]+", "-", run.name).strip("-.") or "run"
         for k in range(1, 1000):
             run_id = f"{base}-{stamp}" + (f"-{k}" if k > 1 else "")
             if not (self.runs_dir / run_id).exists() and run_id not in self._live:
@@ -248,22 +233,19 @@ class Runs:
         run_dir = RunDirectory.create(self.runs_dir / run_id)
         monitor = RunMonitor(run_id=run_id)
         live = LiveRun(run_id, run_dir.path.resolve(), monitor, config=self._display(path))
-        live.thread = threading.Thread(target=self._execute, args=(config, run_dir, monitor),
+        live.thread = threading.Thread(target=self._execute, args=(run, run_dir, monitor),
                                        name=f"populace-run-{run_id}", daemon=True)
         self._live[run_id] = live
         live.thread.start()
         return live
 
-    def _execute(self, config: RunConfig | ScenarioFile, run_dir: RunDirectory,
+    def _execute(self, run: RunFile, run_dir: RunDirectory,
                  monitor: RunMonitor) -> None:
         try:
-            if isinstance(config, ScenarioFile):
-                _run_scenario_file(config, run_dir, monitor)
-            else:
-                self._runner(config, run_dir, monitor)
+            _run_to_end(run, run_dir, monitor)
         except (PopulaceError, OSError, ValueError) as e:  # expected: a bad server, a full disk
             monitor.run_finished("failed", f"{type(e).__name__}: {e}")
-        except Exception as e:  # a bug: keep the studio up and say what happened
+        except Exception as e:  # the scenario's code, or a bug: keep the studio up
             monitor.run_finished("failed", f"{type(e).__name__}: {e}")
             print(f"studio: run {run_dir.path.name} failed: {type(e).__name__}: {e}",
                   file=sys.stderr)
@@ -287,6 +269,15 @@ class Runs:
         for live in started:
             if live.thread is not None:
                 live.thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def _holds_run(path: Path) -> bool:
+    """Does ``path`` (with no readable summary) hold a run that has not written one yet?"""
+    directory = RunDirectory(path)
+    try:
+        return bool(directory.read_config() or directory.table_names())
+    except OSError:
+        return False
 
 
 def _walk(root: Path, skip: Path, depth: int) -> Iterator[Path]:

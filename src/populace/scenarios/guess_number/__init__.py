@@ -9,7 +9,7 @@ participant asks its model and reports a number; the moderator scores the round
 
 from ._agents import Guess, Participant, Rules
 from ._config import DEFAULT_PROMPT, PROMPT_FIELDS, GameConfig, RunConfig
-from ._play import RESPONSE_SCHEMA, Reporter, SilentReporter, Timings, play
+from ._play import RESPONSE_SCHEMA, GuessNumber, Reporter, SilentReporter, Timings, play
 from ._rules import (
     GroupScores,
     RoundOutcome,
@@ -26,6 +26,7 @@ __all__ = [
     "GameConfig",
     "GroupScores",
     "Guess",
+    "GuessNumber",
     "Participant",
     "Reporter",
     "RoundOutcome",

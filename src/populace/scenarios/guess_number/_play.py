@@ -1,50 +1,39 @@
-"""Running the game: a moderator in the central process, participants in workers."""
+"""Running the game: a moderator in the central process, participants in workers.
+
+:class:`GuessNumber` is the game as a :class:`~populace.launch.Scenario` (``scenario:
+guess_number``), so the launcher gives it what every scenario gets; :func:`play` runs a
+:class:`RunConfig` through the same launcher, for programs and benchmarks.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from populace.core import (
-    ConfigError,
-    ModelError,
-    Msg,
-    PerWorker,
-    PlaceholderSet,
-    Simulation,
-    SimulationClosed,
-    WorkerLost,
-    derive_seed,
-    wait,
-)
-from populace.environment import EnvClient, ServiceClosed, serve
-from populace.llm import ModelSet, preflight
-from populace.population import diversity_report, generate_backgrounds, sample_population
-from populace.results import (
-    RunDirectory,
-    RunMonitor,
-    atomic_write,
-    latest_checkpoint,
-    read_partial,
-    read_summary,
-    write_checkpoint,
-)
+from populace.config import validate
+from populace.core import ModelError, Msg, derive_seed
+from populace.launch import Rows, Run, RunFile, RunOptions, Scenario, ScenarioSettings, launch
+from populace.population import diversity_report
+from populace.results import RunDirectory, RunMonitor, atomic_write
 
 from ._agents import Guess, Participant, Rules
-from ._config import RunConfig
+from ._config import GameConfig, RunConfig
 from ._prompts import FAMOUS_NOTE, GROUP_NOTE, INSTRUCTIONS, composition, describe_target
 from ._rules import RoundOutcome, group_outcome, score_groups, score_round
-from ._world import build_world, monitor_world, monitored_values, publish
+from ._world import build_world, monitor_world, publish
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from populace.results import RunData
 
 RESPONSE_SCHEMA = pa.schema([
     ("round", pa.int32()),
@@ -205,102 +194,191 @@ def _usage(table: pa.Table, config: RunConfig) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _clean(value: Any) -> Any:
-    """JSON-safe: NaN/inf become None."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+def _entry_outcome(entry: dict[str, Any]) -> RoundOutcome:
+    return RoundOutcome(**{f: entry[f] for f in RoundOutcome.__dataclass_fields__})
 
 
-async def _backgrounds(config: RunConfig, profiles: pa.Table, run_dir: RunDirectory | None
-                       ) -> pa.Array:
-    """Have the population's background model write every participant's background.
+class GuessNumber(Scenario):
+    """The guess-ratio-of-the-average game (the paper's experiment, all its variants)."""
 
-    Answers are cached under ``.populace-cache/backgrounds`` (by attributes, template, model
-    and seed), so a rerun or a resumed run does not ask again.
-    """
-    assert config.population is not None
-    name = config.population.backgrounds.model
-    assert name is not None
-    client = ModelSet.build({name: config.models[name]})[name]
-    out = (run_dir.path if run_dir is not None else Path(".populace-cache")) / "backgrounds.parquet"
-    try:
-        result = await generate_backgrounds(
-            profiles.drop_columns(["model"]), client, config.population,
-            Path(".populace-cache") / "backgrounds", out, seed=config.seed)
-    finally:
-        await client.aclose()
-    by_id = dict(zip(result.table.column("agent_id").to_pylist(),
-                     result.table.column("background").to_pylist(), strict=True))
-    return pa.array([by_id.get(i) or "" for i in profiles.column("agent_id").to_pylist()],
-                    type=pa.string())
+    name = "guess-number"
+    defaults = {"agents": 1000, "steps": 1}
+    shown = ("n_valid", "mean", "median", "std", "target", "winner_number")
+
+    class Settings(ScenarioSettings):
+        model: str | None = None
+        assign: dict[str, Any] | None = None
+        game: GameConfig = GameConfig()
+
+    @classmethod
+    def check(cls, data: dict[str, Any], source: str) -> RunConfig:
+        """The whole run file as the game's :class:`RunConfig` (its cross-checks: models,
+        shares, population, prompt fields)."""
+        data = {"rounds" if k == "steps" else k: v for k, v in data.items()}
+        return validate(data, RunConfig, source)
+
+    @classmethod
+    def resolved(cls, run_file: RunFile) -> dict[str, Any]:
+        config: RunConfig = run_file.config
+        return config.resolved()
+
+    @classmethod
+    def live_range(cls, run_file: RunFile) -> tuple[float, float]:
+        game = run_file.config.game
+        return game.low, game.high
+
+    @classmethod
+    def describe_step(cls, t: int, steps: int, entry: dict[str, Any]) -> str:
+        o = _entry_outcome(entry)
+        return (f"round {o.round}/{steps}: n={o.n} valid={o.n_valid} mean={_fmt(o.mean)} "
+                f"median={_fmt(o.median)} std={_fmt(o.std)} target={_fmt(o.target)} "
+                f"winner={_fmt(o.winner_number, 'g')}")
+
+    async def setup(self, run: Run) -> None:
+        config: RunConfig = run.config
+        self.config = config
+        game = config.game
+        n = config.agents
+        self.ids = ids = np.arange(n, dtype=np.int64)
+        people = run.population
+        if people is not None and "group" in people.column_names:
+            self.groups = people.column("group").to_numpy().astype(np.int32)
+        else:
+            self.groups = (ids % game.groups).astype(np.int32)
+        assigned = config.assignment()
+        self.models = pa.array(assigned, type=pa.string())
+        self.in_use = in_use = list(dict.fromkeys(assigned.tolist()))
+        attributes = config.agent_fields()
+        rules = Rules(config.seed, game.low, game.high, game.temperature, game.max_tokens,
+                      {name: config.protocol_for(name) for name in in_use}, game.memory_rounds,
+                      attributes)
+        profiles = pa.table({"agent_id": ids, "group": self.groups, "model": self.models})
+        if people is not None:
+            for name in people.column_names:
+                if name not in ("agent_id", "group"):
+                    profiles = profiles.append_column(name, people.column(name))
+        self.composition_note = _composition(config, profiles)
+        if run.run_dir is not None:
+            run.run_dir.write_profiles(profiles)
+            if config.population is not None:
+                written = (profiles.select(["agent_id", "background"])
+                           if "background" in profiles.column_names else None)
+                report = diversity_report(profiles, config.population, written,
+                                          seed=config.seed)
+                atomic_write(run.run_dir.path / "diversity.json",
+                             (json.dumps(report, indent=2, default=str) + "\n").encode())
+        self.group_ids = np.unique(self.groups).tolist() if game.group_play else None
+        self.world = await run.serve(build_world(self.group_ids))
+        await monitor_world(self.world, self.group_ids)
+        columns = [*(["model"] if len(in_use) > 1 else []),
+                   *(["group"] if game.group_play else []), *attributes]
+        self.players = await run.create(
+            Participant, n, name="participants",
+            colocate=self.groups if game.colocate_groups else None,
+            profiles=profiles.select(columns) if columns else None,
+            init={"models": run.models(in_use), "rules": rules,
+                  "env": run.env_client(self.world)})
+        self.last: RoundOutcome | None = None
+
+    def _rows(self, t: int) -> Rows:
+        def rows(at: np.ndarray, outcomes: list[Any]) -> pa.Table:
+            return _table(t, self.ids[at], self.groups[at], self.models.take(pa.array(at)),
+                          outcomes)
+        return rows
+
+    async def step(self, run: Run, t: int) -> None:
+        config, game = self.config, self.config.game
+        # One seed per round; each participant mixes in its id (seed_for).
+        ask = Msg("moderator", _round_prompt(config, t, self.last, self.composition_note),
+                  metadata={"round": t, "seed": derive_seed(config.seed, t)})
+        results = await run.collect(self.players.broadcast(ask), measure=_live,
+                                    partial=("responses", self._rows(t)))
+        if game.on_model_error == "stop":
+            failed = [r for r in results if isinstance(r, ModelError)]
+            if failed:
+                raise ModelError(
+                    f"round {t}: {len(failed)} participant(s) got no answer "
+                    f"(first: {failed[0]}); stopped as game.on_model_error is 'stop'")
+        table = _table(t, self.ids, self.groups, self.models, results)
+        numbers = table.column("number").to_numpy(zero_copy_only=False)
+        last = score_round(t, numbers, game.ratio, game.offset)
+        scores = score_groups(numbers, self.groups, game.ratio, game.offset) \
+            if game.group_play else None
+        if scores is not None:  # group-level play: the groups' means are scored
+            last = group_outcome(last, scores)
+        self.last = last
+        run.record("responses", table)
+        # The outcome goes to the game's environment; participants read it there.
+        await self.world.apply(publish(last, scores))
+        if game.feedback and last.winner_number is not None:
+            await self.players.map(Participant.hear, t)
+        for key, value in last.as_dict().items():
+            run.metric(key, value)
+        run.metric("usage", _usage(table, config))
+        if scores is not None:
+            run.metric("winner_group", scores.winner_group)
+            run.metric("group_mean", scores.mean)
+            run.metric("groups", scores.as_list())
+
+    def get_state(self) -> dict[str, Any] | None:
+        return None if self.last is None else self.last.as_dict()
+
+    def set_state(self, state: dict[str, Any] | None) -> None:
+        self.last = None if state is None else RoundOutcome(**state)
+
+    def figures(self, run: RunData) -> dict[str, Figure]:
+        from ._figures import figures
+
+        return figures(run)
 
 
-def _recorded_backgrounds(run: Path, profiles: pa.Table) -> pa.Array:
-    """The backgrounds a replayed run used, from its profiles.parquet."""
-    import pyarrow.parquet as pq
-
-    try:
-        recorded = pq.read_table(run / "profiles.parquet", columns=["agent_id", "background"])
-    except (OSError, KeyError, pa.ArrowInvalid) as e:
-        raise ConfigError(f"{run}: cannot replay backgrounds from profiles.parquet: {e}") \
-            from None
-    by_id = dict(zip(recorded.column("agent_id").to_pylist(),
-                     recorded.column("background").to_pylist(), strict=True))
-    return pa.array([by_id.get(i, "") for i in profiles.column("agent_id").to_pylist()],
-                    type=pa.string())
+def _fmt(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
 
 
-def _save_partial(run_dir: RunDirectory, round_no: int, answers: PlaceholderSet[Any],
-                  ids: np.ndarray, groups: np.ndarray, models: pa.Array) -> int:
-    """Write the answers of round ``round_no`` received so far; returns how many.
+class _Reporting:
+    """Observer → :class:`Reporter` and :class:`Timings`, for :func:`play`'s callers."""
 
-    Agents whose call ended with the run (stopped, or on a lost worker) are left out: they
-    have no answer, only its absence.
-    """
-    done, outcomes = answers.finished()
-    keep = [k for k, o in enumerate(outcomes)
-            if not isinstance(o, WorkerLost | SimulationClosed)]
-    at = np.asarray(done, dtype=np.int64)[keep]
-    run_dir.write_partial("responses", round_no, _table(
-        round_no, ids[at], groups[at], models.take(pa.array(at)), [outcomes[k] for k in keep]))
-    return len(keep)
+    def __init__(self, reporter: Reporter, timings: Timings, agents: int) -> None:
+        self.reporter = reporter
+        self.timings = timings
+        self.agents = agents
+        self._clock = (0.0, 0.0)
+        self._summary: dict[str, Any] = {}
+
+    def run_started(self, run_file: RunFile, summary: dict[str, Any]) -> None:
+        self._summary = summary
+
+    def step_started(self, t: int, steps: int) -> None:
+        self._clock = (time.perf_counter(), time.process_time())
+        self.reporter.round_started(t, self.agents)
+
+    def step_progress(self, t: int, done: int, total: int) -> None:
+        self.reporter.round_progress(t, done, total)
+
+    def step_finished(self, t: int, entry: dict[str, Any]) -> None:
+        self.timings.round_wall_s.append(entry["wall_s"])
+        self.timings.round_cpu_s.append(time.process_time() - self._clock[1])
+        self.timings.create_s = self._summary.get("create_s", 0.0)
+        self.reporter.round_finished(_entry_outcome(entry), entry["wall_s"])
+
+    def recovering(self, error: BaseException) -> None:
+        pass
+
+    def run_finished(self, summary: dict[str, Any]) -> None:
+        self.timings.create_s = summary.get("create_s", 0.0)
+        self.timings.wall_s = summary["wall_s"]
 
 
-def _resume_point(run_dir: RunDirectory, summary: dict[str, Any]
-                  ) -> tuple[int, RoundOutcome | None, dict[str, Any] | None]:
-    """Where an interrupted run continues: (first round to play, last outcome, checkpoint).
-
-    Rounds after the newest valid checkpoint are dropped (their rows are played again), so
-    no row is duplicated or missing.
-    """
-    try:
-        before = read_summary(run_dir.path)
-    except FileNotFoundError:
-        before = {}  # killed before the first round ended: start again from round 1
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{run_dir.path}: nothing to resume (summary.json: {e})") from None
-    for key in ("agents", "seed"):  # the checkpoint only fits the run it was made by
-        if key in before and before[key] != summary[key]:
-            raise ConfigError(f"{run_dir.path}: cannot resume with {key} {summary[key]}: the "
-                              f"run was made with {key} {before[key]}")
-    point = latest_checkpoint(run_dir.path, up_to=len(before.get("rounds", [])))
-    done = point[0] if point is not None else 0
-    for part in (run_dir.path / "parts").glob("responses-r*.parquet"):
-        if int(part.stem.rsplit("r", 1)[1]) > done:
-            part.unlink()
-    (run_dir.path / "responses.parquet").unlink(missing_ok=True)
-    summary["rounds"] = before.get("rounds", [])[:done]
-    summary["resumed_from_round"] = done
-    partial = read_partial(run_dir.path)
-    if partial is not None and partial[0] == done + 1:
-        # Answers saved inside the interrupted round: the recording answers those calls again,
-        # so the round is played whole and its rows equal the saved ones.
-        summary["resumed_answers"] = partial[1].num_rows
-    if point is None:
-        return 1, None, None
-    state = point[1]
-    return done + 1, RoundOutcome(**state["last"]), state
+def run_file(config: RunConfig) -> RunFile:
+    """The launcher's view of ``config``."""
+    options = RunOptions(
+        scenario="guess_number", name=config.name, seed=config.seed, agents=config.agents,
+        steps=config.rounds, workers=config.workers, backend=config.backend,
+        address=config.address, models=config.models, population=config.population,
+        checkpoint_minutes=config.checkpoint_minutes)
+    settings = GuessNumber.Settings(model=config.model, assign=config.assign, game=config.game)
+    return RunFile(Path(config.name), options, GuessNumber, settings, "guess_number", config)
 
 
 async def play(
@@ -313,205 +391,14 @@ async def play(
     resume: bool = False,
     monitor: RunMonitor | None = None,
 ) -> dict[str, Any]:
-    """Play ``config.rounds`` rounds; write results to ``run_dir`` as each round ends.
+    """Play ``config.rounds`` rounds through the launcher; write results to ``run_dir``.
 
-    Every LLM call is recorded under ``run_dir/llm_calls/``; with ``replay`` (an earlier run
-    directory) models answer from that run's recording instead, making no request at all.
-    After every round the agents' state is checkpointed; ``resume`` continues ``run_dir``
-    from its last checkpoint, answering calls the interrupted round already made from the
-    recording, so the results equal those of an uninterrupted run.
-    ``monitor`` receives live progress for the studio; its ``request_stop()`` abandons the
-    round in progress and ends the run with status ``stopped`` (finished rounds are kept).
-    Returns the summary (also written to ``summary.json``).
+    The same as ``populace run`` on the config's run file, without its recovery: a lost
+    worker raises :class:`~populace.core.WorkerLost` (``resume=True`` then continues from
+    the last checkpoint). ``replay`` answers every call from an earlier run's recording;
+    ``monitor`` receives live progress for the studio. Returns the summary.
     """
-    if resume and run_dir is None:
-        raise ValueError("resume needs the run directory to continue")
-    reporter = reporter or SilentReporter()
-    timings = timings if timings is not None else Timings()
-    started = time.perf_counter()
-    game = config.game
-    n = config.agents
-    ids = np.arange(n, dtype=np.int64)
-    people = (sample_population(config.population, seed=config.seed, size=n)
-              if config.population is not None else None)
-    if people is not None and "group" in people.column_names:
-        groups = people.column("group").to_numpy().astype(np.int32)
-    else:
-        groups = (ids % game.groups).astype(np.int32)
-    assigned = config.assignment()
-    models = pa.array(assigned, type=pa.string())
-    in_use = {name: config.models[name] for name in dict.fromkeys(assigned.tolist())}
-    summary: dict[str, Any] = {
-        "name": config.name, "scenario": config.scenario, "status": "running",
-        "agents": n, "rounds_planned": config.rounds, "seed": config.seed,
-        "model": config.model_name, "models": sorted(in_use), "rounds": [], "wall_s": 0.0,
-    }
-    if replay is None:  # one clear line now beats a thousand failed calls later
-        needed = set(in_use)
-        if config.population is not None and config.population.backgrounds.model:
-            needed.add(config.population.backgrounds.model)
-        await preflight({name: config.models[name] for name in sorted(needed)})
-    start_round, last, restored = 1, None, None
-    if resume:
-        assert run_dir is not None
-        start_round, last, restored = _resume_point(run_dir, summary)
-    if monitor is not None:
-        monitor.run_started(name=config.name, agents=n, rounds=config.rounds, low=game.low,
-                            high=game.high, workers=config.workers, backend=config.backend,
-                            models=sorted(in_use), history=summary["rounds"],
-                            run_dir=run_dir.path if run_dir is not None else None)
-    stopped = False
-    in_progress: tuple[int, PlaceholderSet[Any]] | None = None  # the round being played
-    attributes = config.agent_fields()
-    rules = Rules(config.seed, game.low, game.high, game.temperature, game.max_tokens,
-                  {name: config.protocol_for(name) for name in in_use}, game.memory_rounds,
-                  attributes)
-    profiles = pa.table({"agent_id": ids, "group": groups, "model": models})
-    group_ids = np.unique(groups).tolist() if game.group_play else None
-    if people is not None:
-        for name in people.column_names:
-            if name not in ("agent_id", "group"):
-                profiles = profiles.append_column(name, people.column(name))
-        if "background" in attributes:
-            written = (_recorded_backgrounds(Path(replay), profiles) if replay is not None
-                       else await _backgrounds(config, profiles, run_dir))
-            profiles = profiles.append_column("background", written)
-    composition_note = _composition(config, profiles)
-    if run_dir is not None:
-        run_dir.write_config(config.resolved())
-        run_dir.write_profiles(profiles)
-        if config.population is not None:
-            written_bg = (profiles.select(["agent_id", "background"])
-                          if "background" in profiles.column_names else None)
-            report = diversity_report(profiles, config.population, written_bg,
-                                      seed=config.seed)
-            atomic_write(run_dir.path / "diversity.json",
-                         (json.dumps(report, indent=2, default=str) + "\n").encode())
-    try:
-        async with Simulation(workers=config.workers, backend=config.backend,
-                              seed=config.seed, **config.backend_options()) as sim, \
-                await serve(build_world(group_ids), sim) as world:
-            await monitor_world(world, group_ids)
-            t0 = time.perf_counter()
-            columns = [*(["model"] if len(in_use) > 1 else []),
-                       *(["group"] if game.group_play else []), *attributes]
-            players = await sim.create(
-                Participant, n, name="participants",
-                colocate=groups if game.colocate_groups else None,
-                profiles=profiles.select(columns) if columns else None,
-                init={"models": PerWorker(
-                    ModelSet.build, in_use,
-                    record_to=run_dir.path / "llm_calls" if run_dir is not None else None,
-                    replay_from=(Path(replay) / "llm_calls" if replay is not None
-                                 else run_dir.path / "llm_calls" if resume and run_dir
-                                 else None),
-                    resume=resume and replay is None),  # --replay never asks a model
-                      "rules": rules, "env": PerWorker(EnvClient, world)},
-            )
-            if restored is not None:
-                await players.scatter(Participant.set_state, restored["agents"])
-                if "env" in restored:
-                    await world.load_state(restored["env"])
-            timings.create_s = time.perf_counter() - t0
-            if monitor is not None:
-                monitor.simulation_started(sim)
-            for round_no in range(start_round, config.rounds + 1):
-                if monitor is not None and monitor.stop_requested:
-                    stopped = True
-                    break
-                t_round, cpu_round = time.perf_counter(), time.process_time()
-                reporter.round_started(round_no, n)
-                # One seed per round; each participant mixes in its id (seed_for).
-                ask = Msg("moderator", _round_prompt(config, round_no, last, composition_note),
-                          metadata={"round": round_no,
-                                    "seed": derive_seed(config.seed, round_no)})
-                answers = players.broadcast(ask)
-                in_progress = (round_no, answers)
-                if monitor is not None:
-                    monitor.round_started(round_no, answers, _live)
-                saved_at = time.monotonic()
-                while not answers.done():
-                    await wait([answers], timeout=0.1)
-                    reporter.round_progress(round_no, answers.n_done, n)
-                    if run_dir is not None and \
-                            time.monotonic() - saved_at >= 60 * config.checkpoint_minutes:
-                        _save_partial(run_dir, round_no, answers, ids, groups, models)
-                        saved_at = time.monotonic()
-                    if monitor is not None and monitor.round_progress(sim.statistics()):
-                        stopped = True  # the round is abandoned, never written with holes
-                        break
-                if stopped:
-                    break
-                results = answers.results(return_exceptions=True)
-                lost = next((r for r in results if isinstance(r, WorkerLost)), None)
-                if lost is not None:  # never write a round with holes: resume replays it
-                    raise lost
-                if game.on_model_error == "stop":
-                    failed = [r for r in results if isinstance(r, ModelError)]
-                    if failed:
-                        raise ModelError(
-                            f"round {round_no}: {len(failed)} participant(s) got no answer "
-                            f"(first: {failed[0]}); stopped as game.on_model_error is 'stop'")
-                table = _table(round_no, ids, groups, models, results)
-                numbers = table.column("number").to_numpy(zero_copy_only=False)
-                last = score_round(round_no, numbers, game.ratio, game.offset)
-                scores = score_groups(numbers, groups, game.ratio, game.offset) \
-                    if game.group_play else None
-                if scores is not None:  # group-level play: the groups' means are scored
-                    last = group_outcome(last, scores)
-                if run_dir is not None:
-                    run_dir.write_round("responses", round_no, table)
-                # The outcome goes to the game's environment; participants read it there.
-                await world.apply(publish(last, scores))
-                if game.feedback and last.winner_number is not None:
-                    await players.map(Participant.hear, round_no)
-                wall = time.perf_counter() - t_round
-                timings.round_wall_s.append(wall)
-                timings.round_cpu_s.append(time.process_time() - cpu_round)
-                entry = {k: _clean(v) for k, v in last.as_dict().items()}
-                entry["wall_s"] = round(wall, 4)
-                entry["usage"] = _usage(table, config)
-                if scores is not None:
-                    entry["winner_group"] = scores.winner_group
-                    entry["group_mean"] = _clean(scores.mean)
-                    entry["groups"] = scores.as_list()
-                summary["rounds"].append(entry)
-                summary["wall_s"] = round(time.perf_counter() - started, 4)
-                if run_dir is not None:
-                    states = await players.map(Participant.get_state)
-                    write_checkpoint(run_dir.path, round_no,
-                                     {"agents": states, "last": last.as_dict(),
-                                      "env": await world.fetch_state()})
-                    run_dir.write_summary(summary)
-                    run_dir.clear_partial("responses")
-                in_progress = None
-                reporter.round_finished(last, wall)
-                if monitor is not None:
-                    for key, value in (await monitored_values(world)).items():
-                        monitor.set_environment(key, value)
-                    monitor.round_finished(entry, sim.statistics())
-        summary["status"] = "stopped" if stopped else "completed"
-    except BaseException as e:
-        # asyncio.run turns Ctrl-C into a cancellation of the main task.
-        interrupted = isinstance(e, KeyboardInterrupt | asyncio.CancelledError)
-        summary["status"] = "interrupted" if interrupted else "failed"
-        summary["error"] = f"{type(e).__name__}: {e}"
-        if isinstance(e, ServiceClosed):
-            # The environment's actor died: like a lost worker, recovered from the last
-            # checkpoint (which holds the environment too).
-            raise WorkerLost(str(e)) from e
-        raise
-    finally:
-        if run_dir is not None and in_progress is not None:
-            # A round left unfinished (stop, signal, failure): what it received goes to disk.
-            summary["partial_round"] = in_progress[0]
-            summary["partial_answers"] = _save_partial(run_dir, *in_progress, ids, groups,
-                                                       models)
-        summary["wall_s"] = round(time.perf_counter() - started, 4)
-        timings.wall_s = summary["wall_s"]
-        if run_dir is not None:
-            run_dir.write_summary(summary)
-            run_dir.consolidate("responses")
-        if monitor is not None:
-            monitor.run_finished(summary["status"], summary.get("error"))
-    return summary
+    observer = _Reporting(reporter or SilentReporter(), timings if timings is not None
+                          else Timings(), config.agents)
+    return await launch(run_file(config), run_dir, monitor=monitor, observers=[observer],
+                        resume=resume, replay=replay, max_recoveries=0)

@@ -21,7 +21,7 @@ function h(tag, attrs, ...children) {
     else if (k === "text") el.textContent = v;
     else el.setAttribute(k, v === true ? "" : v);
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined || c === false) continue;
     el.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -91,13 +91,13 @@ async function runsView() {
   const error = h("p", { class: "error", id: "start-error" });
   const list = h("datalist", { id: "configs" });
   const config = h("input", { id: "config", class: "wide", list: "configs",
-                              placeholder: "examples/guess_number.yaml" });
+                              placeholder: "a run file (.yaml)" });
   const agents = h("input", { id: "agents", type: "number", min: 1, placeholder: "agents" });
-  const rounds = h("input", { id: "rounds", type: "number", min: 1, placeholder: "rounds" });
+  const steps = h("input", { id: "steps", type: "number", min: 1, placeholder: "steps" });
   const workers = h("input", { id: "workers", type: "number", min: 1, placeholder: "workers" });
   const start = h("button", { id: "start", type: "submit" }, "Start run");
   const form = h("form", { class: "row", id: "start-form" },
-    config, list, agents, rounds, workers, start);
+    config, list, agents, steps, workers, start);
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     error.textContent = "";
@@ -105,7 +105,7 @@ async function runsView() {
     const intOrNull = (el) => (el.value ? parseInt(el.value, 10) : null);
     try {
       const r = await api("/api/runs", { json: {
-        config: config.value.trim(), agents: intOrNull(agents), rounds: intOrNull(rounds),
+        config: config.value.trim(), agents: intOrNull(agents), steps: intOrNull(steps),
         workers: intOrNull(workers) } });
       location.hash = `#/run/${enc(r.id)}`;
     } catch (e) {
@@ -118,7 +118,7 @@ async function runsView() {
   setView(
     h("section", { class: "card" }, h("h3", null, "Start a run"),
       h("p", { class: "muted" }, "A run file (YAML) under the working directory; the fields " +
-        "beside it override agents, rounds and workers."), form, error),
+        "beside it override agents, steps (rounds, days…) and workers."), form, error),
     h("section", { class: "card" }, h("h3", null, "Runs"), runsBox));
   api("/api/configs").then((files) => {
     list.replaceChildren(...files.map((f) => h("option", { value: f })));
@@ -133,16 +133,16 @@ async function runsView() {
         return;
       }
       runsBox.replaceChildren(table(
-        ["run", "status", "agents", "rounds", "wall time", "modified", ""],
+        ["run", "status", "agents", "steps", "wall time", "modified", ""],
         runs.map((r) => ({
           cells: [
             h("a", { href: `#/run/${enc(r.id)}` }, r.name === r.id ? r.id : `${r.name} · ${r.id}`),
             h("span", { class: `badge ${r.status}` }, r.status),
-            num(r.agents), `${num(r.rounds_done)} / ${num(r.rounds_planned)}`,
+            num(r.agents), `${num(r.steps_done)} / ${num(r.steps_planned)}`,
             r.wall_s ? secs(r.wall_s) : "–", when(r.modified),
             h("span", { class: "row" },
               h("a", { href: `#/run/${enc(r.id)}` }, r.live ? "live" : "view"),
-              r.profiles ? h("a", { href: `#/run/${enc(r.id)}/agents` }, "agents") : null,
+              r.live || (r.tables || []).length ? h("a", { href: `#/run/${enc(r.id)}/agents` }, "agents") : null,
               r.report ? h("a", { href: `/runs/${enc(r.id)}/report/`, target: "_blank" }, "report") : null),
           ],
         })), { id: "runs-table", numeric: [2, 3, 4] }));
@@ -156,74 +156,90 @@ async function runsView() {
 }
 
 // -- live run ----------------------------------------------------------------------------
-function histogram(hist) {
-  const W = 640, H = 220, pad = 28, right = 14, counts = hist.counts || [];
+// Numbers as a person reads them: integers with separators, others with 4 significant digits.
+function val(x) {
+  if (x === null || x === undefined) return "–";
+  if (typeof x === "boolean") return x ? "yes" : "no";
+  if (typeof x !== "number") return String(x);
+  if (Number.isInteger(x)) return x.toLocaleString("en-US");
+  return Math.abs(x) >= 1e5 || (Math.abs(x) < 1e-3 && x !== 0) ? x.toPrecision(4) : String(Number(x.toPrecision(4)));
+}
+
+// A histogram over `edges` (one more than `counts`), bars carrying their count.
+function histogram(hist, opts = {}) {
+  const W = opts.width || 640, H = opts.height || 220, pad = 28, right = 14;
+  const counts = hist.counts || [], edges = hist.edges || [];
   const max = Math.max(1, ...counts);
   const n = Math.max(1, counts.length), bw = (W - pad - right) / n;
-  const [lo, hi] = hist.edges || [0, 100];
+  const lo = edges.length ? edges[0] : 0, hi = edges.length ? edges[edges.length - 1] : 1;
   const bars = counts.map((c, i) => s("rect", {
     class: "hbar", x: pad + i * bw, width: Math.max(bw - 0.5, 0.5),
     y: H - pad - (c / max) * (H - 2 * pad), height: (c / max) * (H - 2 * pad),
     "data-count": c,
-  }, s("title", null, `${c}`)));
+  }, s("title", null, `${val(edges[i])} – ${val(edges[i + 1])}: ${num(c)}`)));
   const label = (x, t) => s("text", { x, y: H - 10, "text-anchor": "middle" }, t);
-  const fmtEdge = (v) => (Math.abs(v - Math.round(v)) < 0.51 && hi - lo > 20 ? Math.round(v) : dec(v, 1));
-  return s("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", id: "hist-svg", role: "img",
-                    "aria-label": "histogram of the numbers reported this round" },
+  const centre = (i) => (edges.length > i + 1 ? (edges[i] + edges[i + 1]) / 2 : lo);
+  return s("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", id: opts.id, class: "hist", role: "img",
+                    "aria-label": opts.label || "histogram" },
     s("line", { class: "axis", x1: pad, y1: H - pad, x2: W - right, y2: H - pad }),
     s("text", { x: 2, y: pad - 6 }, num(max)), ...bars,
-    label(pad + bw / 2, fmtEdge(lo + (hi - lo) / n / 2)),
-    label(pad + (W - pad - right) / 2, fmtEdge((lo + hi) / 2)),
-    label(W - right - bw / 2, fmtEdge(hi - (hi - lo) / n / 2)));
+    counts.length ? [label(pad + bw / 2, val(centre(0))),
+      label(pad + (W - pad - right) / 2, val((lo + hi) / 2)),
+      label(W - right - bw / 2, val(centre(counts.length - 1)))] : []);
 }
 
-function roundsChart(rounds) {
-  const W = 640, H = 160, pad = 28;
-  const pts = rounds.filter((r) => r.mean !== null && r.mean !== undefined);
-  if (pts.length < 2) return null;
-  const ys = pts.flatMap((r) => [r.mean, r.target ?? r.mean]);
-  const ymax = Math.max(...ys, 1), ymin = Math.min(0, ...ys);
-  const x = (i) => pad + (i / (pts.length - 1)) * (W - 2 * pad);
+// One metric over the steps: a small line chart, its last value and its range.
+function spark(name, steps, values) {
+  const W = 260, H = 64, pad = 4;
+  const pts = values.map((v, i) => [steps[i], typeof v === "boolean" ? Number(v) : v])
+    .filter(([, v]) => typeof v === "number");
+  const last = values.length ? values[values.length - 1] : null;
+  const head = h("div", { class: "spark-head" }, h("span", { class: "spark-name" }, name),
+    h("b", { class: "spark-value" }, val(last)));
+  if (pts.length < 1) return h("div", { class: "spark", "data-metric": name }, head);
+  const ys = pts.map(([, v]) => v), xs = pts.map(([t]) => t);
+  const ymin = Math.min(...ys), ymax = Math.max(...ys), xmin = Math.min(...xs), xmax = Math.max(...xs);
+  const x = (t) => pad + ((t - xmin) / (xmax - xmin || 1)) * (W - 2 * pad);
   const y = (v) => H - pad - ((v - ymin) / (ymax - ymin || 1)) * (H - 2 * pad);
-  const path = (key) => pts.map((r, i) => `${i ? "L" : "M"}${x(i)},${y(r[key] ?? r.mean)}`).join(" ");
-  return s("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img", "aria-label": "mean per round" },
-    s("line", { class: "axis", x1: pad, y1: H - pad, x2: W - pad, y2: H - pad }),
-    s("path", { class: "mean", d: path("mean") }), s("path", { class: "target", d: path("target") }),
-    s("text", { x: 2, y: y(ymax) + 4 }, dec(ymax, 1)), s("text", { x: 2, y: H - pad }, dec(ymin, 1)),
-    ...pts.map((r, i) => s("text", { x: x(i), y: H - 8, "text-anchor": "middle" }, r.round)));
+  const d = pts.map(([t, v], i) => `${i ? "L" : "M"}${x(t).toFixed(1)},${y(v).toFixed(1)}`).join(" ");
+  return h("div", { class: "spark", "data-metric": name }, head,
+    s("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img", "aria-label": `${name} per step` },
+      s("path", { class: "line", d }),
+      pts.length === 1 ? s("circle", { class: "dot", cx: x(pts[0][0]), cy: y(pts[0][1]), r: 2.5 }) : null),
+    h("div", { class: "muted spark-range" }, `${val(ymin)} … ${val(ymax)} · steps ${xmin}–${xmax}`));
 }
 
 function runView(id) {
   crumbs(h("a", { href: "#/" }, "runs"), h("a", { href: `#/run/${enc(id)}` }, id));
   const el = {};
-  const box = (key, title, ...extra) => (el[key] = h("div", { id: key }), h("section", { class: "card" }, h("h3", null, title), ...extra, el[key]));
+  const box = (key, title, ...extra) => (el[key] = h("div", { id: key }), h("section", { class: "card", id: `${key}-card` }, h("h3", null, title), ...extra, el[key]));
   el.title = h("h2", { id: "run-title" }, id);
   el.status = h("span", { id: "status", class: "badge" }, "…");
   el.meta = h("div", { class: "muted", id: "run-meta" });
   el.stop = h("button", { id: "stop", class: "danger", hidden: true }, "Stop run");
   el.links = h("span", { class: "row" }, h("a", { href: `#/run/${enc(id)}/agents`, id: "agents-link" }, "Browse agents"));
   el.report = h("a", { href: `/runs/${enc(id)}/report/`, target: "_blank", hidden: true, id: "report-link" }, "Report");
-  el.roundText = h("b", { id: "round-text" });
+  el.stepText = h("b", { id: "step-text" });
   el.progressText = h("span", { id: "progress-text", class: "muted" });
   el.bar = h("div", { style: "width:0%" });
   el.updates = h("span", { id: "updates", class: "muted", "data-n": 0 });
   el.error = h("p", { class: "error", id: "run-error" });
-  el.histCaption = h("div", { class: "muted", id: "hist-caption" });
+  el.answersCaption = h("div", { class: "muted", id: "answers-caption" });
   setView(
     h("section", { class: "card" },
       h("div", { class: "row" }, el.title, el.status, h("span", { class: "spacer" }), el.links, el.report, el.stop),
       el.meta, el.error,
-      h("div", { class: "row", style: "margin-top:10px" }, el.roundText, el.progressText, h("span", { class: "spacer" }), el.updates),
+      h("div", { class: "row", style: "margin-top:10px" }, el.stepText, el.progressText, h("span", { class: "spacer" }), el.updates),
       h("div", { class: "bar", id: "progress-bar" }, el.bar)),
     h("div", { class: "grid" },
       box("states", "Agents by state"),
-      box("hist", "Numbers this round", el.histCaption)),
+      box("answers", "Answers this step", el.answersCaption)),
+    box("metrics", "Metrics per step"),
+    box("distributions", "Distributions"),
     h("div", { class: "grid" },
       box("llm", "LLM"),
       box("workers", "Workers")),
-    h("div", { class: "grid" },
-      box("rounds", "Rounds"),
-      box("env", "Environment")));
+    box("env", "Environment"));
   el.stop.addEventListener("click", async () => {
     el.stop.disabled = true;
     try {
@@ -250,20 +266,20 @@ function runView(id) {
     if (snap.stop_requested) { el.stop.disabled = true; el.stop.textContent = "Stopping…"; }
     el.report.hidden = !snap.report;
     const p = snap.progress || {};
-    el.roundText.textContent = p.round ? `Round ${p.round} of ${snap.rounds_planned ?? "?"}` :
-      (snap.status === "starting" ? "Preparing the population and the workers…" : "No round played yet");
-    el.progressText.textContent = `${num(p.done)} / ${num(p.total)} answered` + (p.failed ? ` · ${num(p.failed)} failed` : "") +
-      (snap.finished && p.done < p.total ? " · abandoned when the run stopped; finished rounds are kept" : "");
-    el.bar.style.width = `${(100 * (p.fraction || 0)).toFixed(1)}%`;
+    el.stepText.textContent = snap.step ? `Step ${snap.step} of ${snap.steps_planned ?? "?"}` :
+      (snap.status === "starting" ? "Preparing the population and the workers…" : "No step played yet");
+    el.progressText.textContent = !snap.live ? `${num(snap.steps_done)} step(s) done` :
+      `${num(p.done)} / ${num(p.total)} answered` + (p.failed ? ` · ${num(p.failed)} failed` : "") +
+      (snap.finished && p.done < p.total ? " · abandoned when the run stopped; finished steps are kept" : "");
+    el.bar.style.width = `${(100 * (snap.live ? p.fraction || 0 : snap.steps_done / (snap.steps_planned || 1))).toFixed(1)}%`;
     renderStates(snap.states || {});
-    const hist = snap.histogram || {};
-    el.hist.replaceChildren(histogram(hist));
-    el.histCaption.textContent = `round ${hist.round || "–"}: ${num(hist.valid)} valid, ${num(hist.invalid)} invalid · mean ${dec(hist.mean)} · std ${dec(hist.std)}`;
+    renderAnswers(snap.answers || {}, snap.live);
+    renderMetrics(snap.series || {});
+    renderDistributions(snap.distributions || {});
     renderLLM(snap.llm || {});
     renderWorkers(snap);
-    renderRounds(snap.rounds || []);
     const env = Object.entries(snap.environment || {});
-    el.env.replaceChildren(env.length ? table(["key", "value"], env.map(([k, v]) => ({ cells: [k, typeof v === "object" ? JSON.stringify(v) : String(v)] })))
+    el.env.replaceChildren(env.length ? table(["key", "value"], env.map(([k, v]) => ({ cells: [k, typeof v === "object" ? JSON.stringify(v) : String(v)] })), { id: "env-table" })
       : h("p", { class: "muted" }, "This scenario has no environment monitors."));
   }
 
@@ -272,6 +288,44 @@ function runView(id) {
     el.states.replaceChildren(
       h("div", { class: "stack" }, STATES.map(([k, , c]) => h("div", { style: `width:${(100 * (st[k] || 0)) / total}%;background:${c}`, title: k }))),
       h("div", { class: "legend" }, STATES.map(([k, label, c]) => h("span", { style: `--c:${c}`, id: `state-${k}` }, `${label}: ${num(st[k] || 0)}`))));
+  }
+
+  function renderAnswers(a, isLive) {
+    if (!(a.counts || []).length) {
+      el.answers.replaceChildren(h("p", { class: "muted" }, isLive ? "No numeric answers in this step yet." :
+        "Answers are shown while a step is collecting them."));
+      el.answersCaption.textContent = "";
+      return;
+    }
+    el.answers.replaceChildren(histogram(a, { id: "answers-svg", label: "histogram of this step's answers so far" }));
+    el.answersCaption.textContent = `step ${a.step || "–"}: ${num(a.n)} numbers, ${num(a.missing)} other · mean ${val(a.mean)} · std ${val(a.std)}`;
+  }
+
+  function renderMetrics(series) {
+    const steps = series.steps || [], metrics = Object.entries(series.metrics || {});
+    if (!steps.length) {
+      el.metrics.replaceChildren(h("p", { class: "muted" }, "No step finished yet."));
+      return;
+    }
+    const rows = steps.map((t, i) => ({ cells: [t, ...metrics.map(([k, v]) => (k === "wall_s" ? secs(v[i]) : val(v[i])))] }));
+    el.metrics.replaceChildren(
+      h("div", { class: "sparks", id: "metric-charts" }, metrics.map(([k, v]) => spark(k, steps, v))),
+      series.omitted ? h("p", { class: "muted" }, `${series.omitted} more metrics not shown`) : "",
+      h("div", { class: "steps-table" }, table(["step", ...metrics.map(([k]) => k)], rows,
+        { id: "metrics-table", numeric: metrics.map((_, i) => i + 1) })));
+  }
+
+  function renderDistributions(dists) {
+    const items = Object.entries(dists);
+    if (!items.length) {
+      el.distributions.replaceChildren(h("p", { class: "muted" }, "This scenario reports no distributions (run.distribution)."));
+      return;
+    }
+    el.distributions.replaceChildren(h("div", { class: "dists" }, items.map(([name, d]) =>
+      h("div", { class: "dist", "data-name": name },
+        h("div", { class: "spark-head" }, h("span", { class: "spark-name" }, name), h("span", { class: "muted" }, `step ${d.step}`)),
+        histogram(d, { width: 420, height: 160, label: `distribution of ${name}` }),
+        h("div", { class: "muted" }, `${num(d.n)} values` + (d.missing ? `, ${num(d.missing)} missing` : "") + ` · mean ${val(d.mean)}`)))));
   }
 
   function renderLLM(llm) {
@@ -318,17 +372,6 @@ function runView(id) {
     snap.workers_omitted ? h("p", { class: "muted" }, `${snap.workers_omitted} more workers not shown`) : "");
   }
 
-  function renderRounds(rounds) {
-    if (!rounds.length) {
-      el.rounds.replaceChildren(h("p", { class: "muted" }, "No round finished yet."));
-      return;
-    }
-    el.rounds.replaceChildren(roundsChart(rounds) || "", table(
-      ["round", "valid", "mean", "median", "std", "target", "winner", "wall"],
-      rounds.map((r) => ({ cells: [r.round, `${num(r.n_valid)} / ${num(r.n)}`, dec(r.mean), dec(r.median), dec(r.std), dec(r.target), r.winner_number ?? "–", secs(r.wall_s)] })),
-      { id: "rounds-table", numeric: [1, 2, 3, 4, 5, 6, 7] }));
-  }
-
   const es = new EventSource(`/api/runs/${enc(id)}/events`);
   setConn("", "connecting…");
   es.onmessage = (ev) => { setConn("live", "live"); render(JSON.parse(ev.data)); };
@@ -348,6 +391,8 @@ function runView(id) {
 async function agentsView(id, params) {
   crumbs(h("a", { href: "#/" }, "runs"), h("a", { href: `#/run/${enc(id)}` }, id), h("a", { href: `#/run/${enc(id)}/agents` }, "agents"));
   const q = new URLSearchParams(params || "");
+  const tableSel = h("select", { id: "f-table" });
+  const step = h("input", { id: "f-step", type: "number", min: 0, placeholder: "step", value: q.get("step") || "" });
   const agentId = h("input", { id: "f-id", type: "number", min: 0, placeholder: "agent id", value: q.get("agent_id") || "" });
   const group = h("input", { id: "f-group", type: "number", min: 0, placeholder: "group", value: q.get("group") || "" });
   const attribute = h("select", { id: "f-attr" }, h("option", { value: "" }, "any attribute"));
@@ -355,21 +400,16 @@ async function agentsView(id, params) {
   let value = h("input", { id: "f-value", placeholder: "value contains…", value: q.get("value") || "" });
   valueBox.append(value);
   const error = h("p", { class: "error", id: "agents-error" });
+  const note = h("p", { class: "muted", id: "agents-table-note" });
   const results = h("div", { id: "agents-results" });
-  const form = h("form", { class: "row", id: "agents-form" }, agentId, group, attribute, valueBox,
+  const form = h("form", { class: "row", id: "agents-form" }, tableSel, step, agentId, group, attribute, valueBox,
     h("button", { type: "submit" }, "Search"));
-  setView(h("section", { class: "card" }, h("h3", null, "Agents"), form, error, results));
-  let columns = [];
-  try {
-    columns = await api(`/api/runs/${enc(id)}/columns`);
-  } catch (e) {
-    error.textContent = e.message;
-    return;
-  }
-  for (const c of columns) if (c.name !== "agent_id") attribute.append(h("option", { value: c.name }, c.name));
-  attribute.value = q.get("attribute") || "";
+  setView(h("section", { class: "card" }, h("h3", null, "Agents"), form, note, error, results));
+  let info = null;
+  let page = parseInt(q.get("page") || "0", 10);
+
   function valueInput() {
-    const col = columns.find((c) => c.name === attribute.value);
+    const col = (info ? info.columns : []).find((c) => c.name === attribute.value);
     const old = value.value;
     value = col && col.values
       ? h("select", { id: "f-value" }, h("option", { value: "" }, "any value"), col.values.map((v) => h("option", { value: String(v) }, String(v))))
@@ -377,16 +417,43 @@ async function agentsView(id, params) {
     value.value = old;
     valueBox.replaceChildren(value);
   }
-  attribute.addEventListener("change", valueInput);
-  valueInput();
-  value.value = q.get("value") || "";
-  let page = parseInt(q.get("page") || "0", 10);
+
+  async function loadColumns(first) {
+    const p = new URLSearchParams();
+    if (tableSel.value || q.get("table")) p.set("table", tableSel.value || q.get("table"));
+    if (step.value) p.set("step", step.value);
+    try {
+      info = await api(`/api/runs/${enc(id)}/columns?${p}`);
+    } catch (e) {
+      error.textContent = e.message;
+      return false;
+    }
+    tableSel.replaceChildren(...info.tables.map((t) => h("option", { value: t.name }, t.name)));
+    tableSel.value = info.table;
+    const chosen = info.tables.find((t) => t.name === info.table) || { steps: [] };
+    step.hidden = !chosen.steps.length;
+    if (chosen.steps.length) {
+      step.min = chosen.steps[0];
+      step.max = chosen.steps[chosen.steps.length - 1];
+      step.value = info.step;
+    }
+    note.textContent = chosen.steps.length ? `${info.table}: one row per agent and step (steps ${chosen.steps[0]}–${chosen.steps[chosen.steps.length - 1]}); showing step ${info.step}`
+      : `${info.table}: one row per agent`;
+    const keep = first ? q.get("attribute") || "" : attribute.value;
+    attribute.replaceChildren(h("option", { value: "" }, "any attribute"),
+      ...info.columns.filter((c) => c.name !== "agent_id").map((c) => h("option", { value: c.name }, c.name)));
+    attribute.value = info.columns.some((c) => c.name === keep) ? keep : "";
+    group.hidden = !info.columns.some((c) => c.name === "group");
+    valueInput();
+    return true;
+  }
 
   async function search() {
     error.textContent = "";
-    const params = new URLSearchParams({ page, size: 50 });
+    const params = new URLSearchParams({ page, size: 50, table: info.table });
+    if (info.step !== null && info.step !== undefined) params.set("step", info.step);
     if (agentId.value) params.set("agent_id", agentId.value);
-    if (group.value) params.set("group", group.value);
+    if (group.value && !group.hidden) params.set("group", group.value);
     if (attribute.value) { params.set("attribute", attribute.value); if (value.value) params.set("value", value.value); }
     try {
       const r = await api(`/api/runs/${enc(id)}/agents?${params}`);
@@ -396,7 +463,7 @@ async function agentsView(id, params) {
       results.replaceChildren(
         h("p", { class: "muted", id: "agents-total" }, `${num(r.total)} agents match`),
         table(r.columns, r.rows.map((row) => ({
-          cells: row.map((v, i) => (i === idIndex ? h("a", { href: `#/run/${enc(id)}/agent/${v}` }, String(v)) : v === null ? "–" : String(v))),
+          cells: row.map((v, i) => (i === idIndex ? h("a", { href: `#/run/${enc(id)}/agent/${v}` }, String(v)) : v === null ? "–" : val(v))),
           onclick: () => { location.hash = `#/run/${enc(id)}/agent/${row[idIndex]}`; },
         })), { id: "agents-table" }),
         h("div", { class: "row pager" }, prev, h("span", { class: "muted" }, `page ${r.page + 1} of ${r.pages}`), next));
@@ -404,8 +471,23 @@ async function agentsView(id, params) {
       error.textContent = e.message;
     }
   }
+  if (!(await loadColumns(true))) return;
+  value.value = q.get("value") || "";
+  attribute.addEventListener("change", valueInput);
+  tableSel.addEventListener("change", async () => { step.value = ""; page = 0; if (await loadColumns(false)) search(); });
+  step.addEventListener("change", async () => { page = 0; if (await loadColumns(false)) search(); });
   form.addEventListener("submit", (ev) => { ev.preventDefault(); page = 0; search(); });
   search();
+}
+
+// One row of a table, as the agent's page shows it: short values in a grid, long text whole.
+function rowView(name, row) {
+  const entries = Object.entries(row);
+  const long = ([, v]) => typeof v === "string" && (v.length > 60 || v.includes("\n"));
+  return h("div", { class: "agent-row", "data-table": name },
+    h("div", { class: "kv" }, entries.filter((e) => !long(e)).map(([k, v]) =>
+      h("div", { "data-column": k }, h("small", null, k), h("b", null, val(v))))),
+    entries.filter(long).map(([k, v]) => [h("div", { class: "msg-label" }, k), h("pre", { "data-column": k }, v)]));
 }
 
 async function agentView(id, agentId) {
@@ -420,23 +502,19 @@ async function agentView(id, agentId) {
     return;
   }
   const profile = Object.entries(a.profile);
-  const rounds = a.rounds.map((r) => h("div", { class: `round ${r.valid ? "" : "invalid"}`, "data-round": r.round },
-    h("div", { class: "row" }, h("b", null, `Round ${r.round}`), h("span", { class: "muted" }, r.model || ""),
-      h("span", null, r.valid ? `reported ${r.number}` : "no valid number"),
-      h("span", { class: "muted" }, `${num(r.calls)} call(s) · ${num(r.prompt_tokens)} tokens in · ${num(r.completion_tokens)} out · ${secs(r.latency_s)}` + (r.retries ? ` · ${r.retries} retries` : ""))),
-    h("div", { class: "msg-label" }, "agent → moderator: its answer"), h("pre", { class: "raw" }, r.raw ?? "(none)"),
-    r.extract_raw !== null && r.extract_raw !== undefined ? [h("div", { class: "msg-label" }, "extraction call: the number it stated"), h("pre", null, r.extract_raw)] : null,
-    r.error ? [h("div", { class: "msg-label" }, "error"), h("pre", { class: "error" }, r.error)] : null,
-    r.result ? h("div", { class: "msg-label" }, `moderator → everyone: target ${dec(r.result.target)}, winning number ${r.result.winner_number ?? "–"}`) : null));
+  const steps = a.steps.map((st) => h("div", { class: "step", "data-step": st.step },
+    h("div", { class: "row" }, h("b", null, `Step ${st.step}`)),
+    Object.entries(st.rows).map(([name, rows]) => [
+      a.tables.length > 1 ? h("div", { class: "msg-label" }, name) : null,
+      rows.map((row) => rowView(name, row))]),
+    Object.keys(st.metrics).length ? h("div", { class: "step-metrics muted" }, "the run this step: " +
+      Object.entries(st.metrics).map(([k, v]) => `${k} ${k === "wall_s" ? secs(v) : val(v)}`).join(" · ")) : null));
   setView(
     h("section", { class: "card" }, h("h2", { id: "agent-title" }, `Agent ${a.agent_id}`),
       table(["attribute", "value"], profile.map(([k, v]) => ({ cells: [k, v === null ? "–" : String(v)] })), { id: "profile-table" })),
     a.background ? h("section", { class: "card" }, h("h3", null, "Background"), h("pre", { id: "background" }, a.background)) : "",
-    a.prompt ? h("section", { class: "card" }, h("h3", null, "The moderator's question"),
-      h("p", { class: "muted" }, "Sent every round: the run's prompt template; {fields} are filled in per round and per agent, and earlier rounds come before it in the conversation."),
-      h("pre", { id: "prompt" }, a.prompt)) : "",
-    h("section", { class: "card", id: "messages" }, h("h3", null, `Messages (${a.rounds.length} rounds)`),
-      rounds.length ? rounds : h("p", { class: "muted" }, "No finished round yet.")));
+    h("section", { class: "card", id: "steps" }, h("h3", null, `Steps (${a.steps.length})` + (a.tables.length ? ` · ${a.tables.join(", ")}` : "")),
+      steps.length ? steps : h("p", { class: "muted" }, "No finished step yet.")));
 }
 
 // -- routing -----------------------------------------------------------------------------
