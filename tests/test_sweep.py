@@ -72,7 +72,7 @@ def test_run_sweep_records_failures_and_goes_on(tmp_path: Path) -> None:
     assert saved["status"] == "failed"
     assert saved["points"][1]["error"] == "ModelError: server gone"
     final = saved["points"][0]["final"]
-    assert (final["mean"], final["calls"], final["tokens"], final["rounds_done"]) == \
+    assert (final["mean"], final["calls"], final["tokens"], final["steps_done"]) == \
         (40.0, 20, 130, 1)
     assert yaml.safe_load((tmp_path / "s" / "sweep.yaml").read_text()) == BASE
     with pytest.raises(FileExistsError):
@@ -104,8 +104,8 @@ def test_populace_run_executes_the_grid(tmp_path: Path, capsys: pytest.CaptureFi
     for p in index["points"]:
         summary = read_summary(out / p["dir"])
         assert summary["status"] == p["status"] == "completed"
-        assert len(summary["rounds"]) == 1  # --rounds reached every point
-        assert p["final"]["mean"] == summary["rounds"][-1]["mean"]
+        assert len(summary["steps"]) == 1  # --rounds reached every point
+        assert p["final"]["mean"] == summary["steps"][-1]["mean"]
         config = yaml.safe_load((out / p["dir"] / "config.yaml").read_text())
         assert config["game"]["temperature"] == p["values"]["game.temperature"]
     assert "sweep sw: 2 points, completed" in stdout and "sweep.json" in stdout

@@ -25,6 +25,7 @@ from populace.launch import (
     MAX_RECOVERIES,
     ConsoleObserver,
     RunFile,
+    ScenarioFailed,
     Terminated,
     launch,
     load_run_file,
@@ -62,21 +63,6 @@ def _load(config: Path, overrides: dict[str, Any]) -> RunConfig:
         raise ConfigError(f"{config}: scenario: this command needs the guess_number game, "
                           f"got {scenario!r}")
     return load_config(config, RunConfig, overrides)
-
-
-def _scenario_error(run_file: RunFile, error: Exception, run_dir: RunDirectory) -> str:
-    """Keep the traceback in ``RUN_DIR/error.txt``; the one line that says what broke, and
-    where in the scenario's own file."""
-    import inspect
-    import traceback
-
-    from populace.launch import where
-
-    saved = run_dir.path / "error.txt"
-    saved.write_text("".join(traceback.format_exception(error)))
-    source = Path(inspect.getfile(run_file.scenario))
-    return (f"{run_file.path}: scenario {where(error, source)}{type(error).__name__}: "
-            f"{error} (traceback in {saved})")
 
 
 def _step_table(summary: dict[str, Any], shown: tuple[str, ...] | None, most: int = 6
@@ -126,11 +112,11 @@ def _launch(run_file: RunFile, run_dir: RunDirectory, *, resume: bool, replay: P
                     f"populace run --resume {run_dir.path}", code) from None
     except ConfigError:
         raise  # a run file or run directory that does not fit: exit 2
+    except ScenarioFailed as e:  # the scenario's own code broke: one line, the traceback kept
+        raise _Fail(str(e), 1) from None
     except PopulaceError as e:
         raise _Fail(f"{type(e).__name__}: {e}; finished steps are in {run_dir.path}; continue "
                     f"with: populace run --resume {run_dir.path}", 1) from None
-    except Exception as e:  # the scenario's own code broke: one line, the traceback on disk
-        raise _Fail(_scenario_error(run_file, e, run_dir), 1) from None
     finally:
         observer.progress.stop()
         if server is not None:
@@ -182,7 +168,7 @@ def run(
             # Only where the run happens may change; a checkpoint fits its own run alone.
             raise _Fail("--resume continues the run as it was configured; --agents, --rounds "
                         "and --seed cannot change", EXIT_CONFIG)
-        config, out_dir = resume / "config.yaml", resume
+        config, out_dir = RunDirectory(resume).config_path, resume
         if not config.is_file():
             raise _Fail(f"--resume {resume}: no config.yaml there (not a run directory?)",
                         EXIT_CONFIG)
@@ -492,12 +478,27 @@ def report(
         help="for a sweep, also report every point directory")] = True,
 ) -> None:
     """Write PNG figures and a self-contained report.html for a run (or sweep) directory."""
-    from populace.results import write_report
+    from populace.launch import scenario_of
+    from populace.results import RunData, write_report
+
+    skipped: dict[str, str] = {}
+
+    def scenario_figures(run: RunData) -> dict[str, Any]:
+        """The figures of the scenario that made ``run`` (``Scenario.figures``)."""
+        try:
+            cls = scenario_of(run.path)
+        except ConfigError as e:  # its file moved or broke: the generic figures still come
+            skipped[str(run.path)] = _line(e)
+            return {}
+        return cls().figures(run) if cls is not None else {}
 
     try:
-        written = write_report(run_dir, points=points)
+        written = write_report(run_dir, points=points, extra_figures=scenario_figures)
     except FileNotFoundError as e:
         raise _Fail(str(e), EXIT_CONFIG) from None
+    for path, why in skipped.items():
+        err.print(f"[yellow]warning:[/yellow] {escape(path)}: no scenario figures: {why}",
+                  soft_wrap=True)
     for table in written.tables:
         out.print(table)
     out.print(f"{len(written.figures)} figures in {written.path.parent / 'figures'}; "

@@ -1,21 +1,22 @@
-"""Sweeps: one run file, a grid of runs.
+"""Sweeps: one run file, a grid of runs, for any scenario.
 
 A run file may declare ``sweep:``, a mapping of dotted keys to lists of values; the run is
 repeated for every combination (the grid), each point in its own sub-directory::
 
     sweep:
-      game.temperature: [0.05, 0.25, 0.5, 1.0]
-      game.level: [P1, P2]        # a second key: 4 × 2 = 8 points
+      settings.bias: [0.1, 0.3, 0.5]   # a scenario setting
+      seed: [1, 2]                     # a second key: 3 × 2 = 6 points
 
-    RUN_DIR/sweep.yaml                                  the run file as given
-    RUN_DIR/sweep.json                                  the index, rewritten as points finish
-    RUN_DIR/game.temperature=0.05,game.level=P1/        an ordinary run directory
+    RUN_DIR/sweep.yaml                          the run file as given
+    RUN_DIR/sweep.json                          the index, rewritten as points finish
+    RUN_DIR/settings.bias=0.1,seed=1/           an ordinary run directory
     ...
 
 Directory names are ``key=value`` pairs joined by commas, with ``/`` written ``_``
-(``game.ratio=2_3``); ``sweep.json`` keeps the real values. Every point is validated before
+(``settings.share=1_2``); ``sweep.json`` keeps the real values. Every point is validated before
 the first one runs. The index lists each point's values, directory, status (pending,
-running, completed, failed, interrupted) and headline numbers of its last round.
+running, completed, failed, interrupted) and ``final``: the last step's metrics, the steps
+done and, for LLM runs, calls and tokens (:func:`populace.results.headline`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import yaml
 
 from populace.config import set_dotted
 from populace.core import ConfigError
-from populace.results import atomic_write, headline
+from populace.results import RunDirectory, atomic_write, headline
 
 __all__ = ["SweepIndex", "SweepPoint", "expand", "point_dirname", "run_sweep", "sweep_axes"]
 
@@ -59,7 +60,7 @@ def _show(value: Any) -> str:
 
 
 def point_dirname(values: dict[str, Any]) -> str:
-    """``{"game.ratio": "2/3", "seed": 1}`` → ``game.ratio=2_3,seed=1``."""
+    """``{"settings.share": "1/2", "seed": 1}`` → ``settings.share=1_2,seed=1``."""
     return ",".join(_UNSAFE.sub("_", f"{k}={_show(v)}") for k, v in values.items())
 
 
@@ -70,7 +71,7 @@ def sweep_axes(data: dict[str, Any], source: str) -> dict[str, list[Any]] | None
     axes = data["sweep"]
     if not isinstance(axes, dict) or not axes:
         raise ConfigError(f"{source}: sweep: expected a mapping of dotted keys to lists of "
-                          f"values, like game.temperature: [0.05, 0.5]")
+                          f"values, like settings.bias: [0.1, 0.5]")
     for key, values in axes.items():
         if not isinstance(key, str) or not key or key.startswith("sweep"):
             raise ConfigError(f"{source}: sweep: {key!r} is not a key to sweep")
@@ -125,7 +126,7 @@ class SweepIndex:
                points: list[SweepPoint]) -> SweepIndex:
         """A new sweep directory; refuses one that already holds a sweep or a run."""
         path = Path(root)
-        if (path / "sweep.json").exists() or (path / "summary.json").exists():
+        if (path / "sweep.json").exists() or RunDirectory(path).holds_run():
             raise FileExistsError(f"{path} already holds a run; choose another output directory")
         path.mkdir(parents=True, exist_ok=True)
         atomic_write(path / "sweep.yaml",

@@ -133,3 +133,31 @@ def test_a_scenario_run_can_be_watched_in_the_studio(
     assert code == 0, stderr
     assert f"#/run/{out.name}" in stdout and "studio: http://127.0.0.1:" in stdout
     assert read_summary(out)["status"] == "completed"
+
+
+def test_opinions_gives_the_same_tables_on_local_and_ray(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    tables = {}
+    for backend in ("local", "ray"):
+        out = tmp_path / backend
+        done = subprocess.run([sys.executable, "-m", "populace.cli", "run", str(OPINIONS),
+                               "--agents", "400", "--rounds", "2", "--backend", backend,
+                               "--out", str(out)], capture_output=True, text=True, env=env,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert read_summary(out)["backend"] == backend
+        tables[backend] = read_table(out, "opinions")
+    assert tables["local"].num_rows == 800
+    assert tables["local"].equals(tables["ray"])
+
+
+def test_an_address_without_ray_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    code, _, stderr = run_in_process(capsys, monkeypatch, "run", OPINIONS, "--address", "auto",
+                                     "--out", tmp_path / "o")
+    assert code == 2
+    assert stderr.strip() == (f"error: {OPINIONS}: address: is only meaningful with "
+                              "backend: ray")
+    assert not (tmp_path / "o").exists()

@@ -1,4 +1,8 @@
-"""``populace report`` and ``populace compare``: partial runs, content, HTML in a browser."""
+"""``populace report`` and ``populace compare`` on the game: its figures (passed in as the
+scenario's own), the generic ones, partial and old run directories, HTML in a browser.
+
+The same for a scenario that is not the game is in ``test_generic_report.py``.
+"""
 
 from __future__ import annotations
 
@@ -26,13 +30,21 @@ from populace.results import (
     write_comparison,
     write_report,
 )
+from populace.results._figures import overlay_metric
 from populace.results._report import run_figures
-from populace.scenarios.guess_number import RunConfig, play
+from populace.scenarios.guess_number import GuessNumber, RunConfig, play
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
                  "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
+game_figures = GuessNumber().figures
+#: What every game run reports, whatever the CLI adds: a figure per metric ...
+GAME_METRICS = {"metric_n", "metric_n_valid", "metric_mean", "metric_median", "metric_std",
+                "metric_target", "metric_winner_number", "metric_n_winners", "metric_usage",
+                "metric_wall_s"}
+#: ... and the game's own figures.
+GAME_OWN = {"numbers_by_round", "mean_by_round", "invalid_by_round"}
 
 
 def make_run(path: Path, **changes: Any) -> Path:
@@ -66,52 +78,109 @@ def _images(html: str) -> list[bytes]:
     return [base64.b64decode(b) for b in found]
 
 
-def test_report_of_a_finished_run(runs: dict[str, Path], capsys: pytest.CaptureFixture[str],
-                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    copy = runs["edu"].parent / "edu-report"
+def _visible(fig: Any) -> list[Any]:
+    return [ax for ax in fig.axes if ax.get_visible()]
+
+
+def test_report_of_a_game_run_has_the_generic_and_the_game_figures(
+        runs: dict[str, Path], tmp_path: Path) -> None:
+    copy = tmp_path / "edu"
     shutil.copytree(runs["edu"], copy)
-    code, out, err = cli(capsys, monkeypatch, "report", copy)
-    assert (code, err) == (0, "")
-    names = {"numbers_by_round", "mean_by_round", "by_education", "invalid_by_round",
-             "usage_by_round", "wall_by_round"}
+    report = write_report(copy, extra_figures=game_figures)
+    names = GAME_METRICS | GAME_OWN | {"by_education", "responses_by_education"}
+    assert set(report.figures) == names
     assert {p.stem for p in (copy / "figures").glob("*.png")} == names
     html = (copy / "report.html").read_text()
     images = _images(html)
     assert len(images) == len(names) and all(i.startswith(b"\x89PNG\r\n") for i in images)
     assert not re.search(r'(src|href)="(https?:)?//', html)  # nothing fetched from elsewhere
-    assert "By education (round 3)" in html and "is completed" not in html
-    for word in ("round", "mean", "target", "calls", "tokens", "by education, round 3",
-                 "primary school", "doctorate", "6 figures in"):
-        assert word in out
+    assert "responses by education (step 3)" in html and "is completed" not in html
+    assert "edu: numbers by education, round 3" in html  # a game figure's caption: its title
+
+    run = load_run(copy)
+    figures = game_figures(run)
     summary = read_summary(copy)
-    assert f"{summary['rounds'][-1]['mean']:.2f}" in out
+    hist = _visible(figures["numbers_by_round"])
+    assert len(hist) == 3
+    for ax, entry in zip(hist, summary["steps"], strict=True):
+        (patch,) = ax.patches
+        assert patch.get_data().values.sum() == entry["n_valid"]  # 50 bins over 0..100
+        assert len(patch.get_data().edges) == 51
+    lines = figures["mean_by_round"].axes[0].get_lines()
+    assert [round(y, 6) for y in lines[-1].get_ydata()] == [  # the target line
+        round(e["target"], 6) for e in summary["steps"]]
+    panels = _visible(figures["by_education"])
+    assert [ax.get_title().split("\n")[0] for ax in panels] == [
+        "primary school", "bachelor's degree", "doctorate"]
+    assert [ax.patches[0].get_data().values.sum() for ax in panels] == [20, 20, 20]
 
 
-def test_report_of_a_partial_run_from_round_files_only(runs: dict[str, Path]) -> None:
+def test_populace_report_prints_steps_by_metrics(runs: dict[str, Path],
+                                                 capsys: pytest.CaptureFixture[str],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    copy = runs["edu"].parent / "edu-report"
+    shutil.copytree(runs["edu"], copy)
+    code, out, err = cli(capsys, monkeypatch, "report", copy)
+    assert (code, err) == (0, "")
+    drawn = {p.stem for p in (copy / "figures").glob("*.png")}
+    assert GAME_METRICS | {"responses_by_education"} <= drawn
+    head = next(line for line in out.splitlines() if line.strip().startswith("step"))
+    assert head.split() == ["step", "n", "n_valid", "mean", "median", "std", "target",
+                            "winner_number", "n_winners", "wall_s"]
+    summary = read_summary(copy)
+    last = next(line for line in out.splitlines() if line.strip().startswith("3 "))
+    assert f"{summary['steps'][-1]['mean']:.4g}" in last.split()
+    assert f"{len(drawn)} figures in" in out
+
+
+def test_report_of_a_partial_run_from_step_files_only(runs: dict[str, Path]) -> None:
     partial = runs["edu"].parent / "partial"
     shutil.copytree(runs["edu"], partial)
     summary = read_summary(partial)
     (partial / "responses.parquet").unlink()
     (partial / "parts" / "responses-r00003.parquet").unlink()
     summary["status"] = "interrupted"
-    summary["rounds"] = summary["rounds"][:1]  # the summary lags: round 2 is in parts/ only
+    summary["steps"] = summary["steps"][:1]  # the summary lags: step 2 is in parts/ only
     (partial / "summary.json").write_text(json.dumps(summary))
-    report = write_report(partial)
+    report = write_report(partial, extra_figures=game_figures)
     run = load_run(partial)
-    rows = run.round_rows()
+    assert run.steps() == [1, 2] and run.metric_steps().tolist() == [1]
+    assert run.table_steps("responses") == [1, 2]
+    from populace.scenarios.guess_number._figures import round_rows
+
+    rows = round_rows(run)
     assert [r["round"] for r in rows] == [1, 2]
-    assert rows[1]["wall_s"] is None  # only the summary knows it
-    assert rows[1]["target"] == pytest.approx(2 / 3 * rows[1]["mean"])
-    assert rows[1]["calls"] == 2 * 60  # usage from the responses themselves
-    assert len([ax for ax in run_figures(run)["numbers_by_round"].axes
-                if ax.get_visible()]) == 2
+    assert rows[1]["target"] == pytest.approx(2 / 3 * rows[1]["mean"])  # from the answers
+    assert len(_visible(game_figures(run)["numbers_by_round"])) == 2
     html = report.path.read_text()
-    assert "This run is interrupted: the report shows the 2 round(s) that finished." in html
+    assert "This run is interrupted: the report shows the 2 step(s) that finished." in html
 
     (partial / "summary.json").unlink()  # killed before the first summary was written
-    again = write_report(partial)
+    again = write_report(partial, extra_figures=game_figures)
     assert load_run(partial).status == "partial"
-    assert "wall_by_round" not in again.figures and "numbers_by_round" in again.figures
+    assert not any(n.startswith("metric_") for n in again.figures)
+    assert {"numbers_by_round", "responses_by_education"} <= set(again.figures)
+
+
+def test_an_old_game_run_directory_reads_the_same(runs: dict[str, Path]) -> None:
+    """Run directories written before scenarios: ``rounds: [{round: ...}]``."""
+    old = runs["edu"].parent / "old"
+    shutil.copytree(runs["edu"], old)
+    summary = read_summary(old)
+    summary["rounds"] = [{k: v for k, v in e.items() if k != "step"}
+                         for e in summary.pop("steps")]
+    summary["rounds_planned"] = summary.pop("steps_planned")
+    del summary["tables"], summary["scenario"]
+    (old / "summary.json").write_text(json.dumps(summary))
+    new, run = load_run(runs["edu"]), load_run(old)
+    assert run.metric_steps().tolist() == [1, 2, 3] and run.steps_planned == 3
+    assert run.tables == ["responses"]
+    assert list(run.metrics()) == list(new.metrics())
+    for name, values in new.metrics().items():
+        if name != "wall_s":
+            assert run.metric(name).tolist() == values.tolist()
+    assert set(run_figures(run, game_figures)) == set(run_figures(new, game_figures))
+    assert headline(summary)["steps_done"] == 3
 
 
 def test_report_refuses_a_directory_without_a_run(tmp_path: Path,
@@ -120,27 +189,34 @@ def test_report_refuses_a_directory_without_a_run(tmp_path: Path,
     code, out, err = cli(capsys, monkeypatch, "report", tmp_path)
     assert code == 2 and out == ""
     assert err.strip() == f"error: {tmp_path} holds no run (no summary.json, config.yaml or " \
-                          "responses)"
+                          "tables)"
     code, _, err = cli(capsys, monkeypatch, "report", tmp_path / "nope")
     assert code == 2 and "no such directory" in err
 
 
 def test_invalid_answers_and_usage_are_counted(runs: dict[str, Path]) -> None:
     run = load_run(runs["half"])
-    figures = run_figures(run)
+    figures = run_figures(run, game_figures)
     rates = [p.get_height() for p in figures["invalid_by_round"].axes[0].patches]
     assert len(rates) == 3 and all(10 < r < 30 for r in rates)  # invalid: 0.2
-    rows = run.round_rows()
     summary = read_summary(runs["half"])
-    for row, entry in zip(rows, summary["rounds"], strict=True):
-        assert row["invalid_rate"] == pytest.approx(1 - entry["n_valid"] / entry["n"])
-        assert row["calls"] == entry["usage"]["s"]["calls"] == 120
-        assert row["tokens"] == (entry["usage"]["s"]["prompt_tokens"]
-                                 + entry["usage"]["s"]["completion_tokens"])
+    for r, entry in zip(rates, summary["steps"], strict=True):
+        assert r == pytest.approx(100 * (1 - entry["n_valid"] / entry["n"]))
+    assert run.metric("usage.s.calls").tolist() == [120.0] * 3
+    usage = figures["metric_usage"]
+    # usage: {model: {counter: n}}: a panel per counter, a line per model
+    assert [ax.get_title() for ax in usage.axes] == [
+        "agents", "calls", "retries", "prompt_tokens", "completion_tokens"]
+    (calls,) = usage.axes[1].get_lines()
+    assert calls.get_label() == "s" and list(calls.get_ydata()) == [120.0] * 3
     assert "by_education" not in figures and run.categories() == {}
+    assert not any(n.startswith("responses_by_") for n in figures)
     top = headline(summary)
-    assert top["rounds_done"] == 3 and top["calls"] == 360
-    assert top["mean"] == summary["rounds"][-1]["mean"]
+    assert top["steps_done"] == 3 and top["calls"] == 360 and top["step"] == 3
+    assert top["mean"] == summary["steps"][-1]["mean"]
+    tokens = sum(e["usage"]["s"]["prompt_tokens"] + e["usage"]["s"]["completion_tokens"]
+                 for e in summary["steps"])
+    assert top["tokens"] == tokens
 
 
 def test_compare_puts_runs_side_by_side(runs: dict[str, Path], tmp_path: Path,
@@ -149,11 +225,12 @@ def test_compare_puts_runs_side_by_side(runs: dict[str, Path], tmp_path: Path,
     out = tmp_path / "cmp"
     done = write_comparison([runs["edu"], runs["half"]], out)
     assert [r["run"] for r in done.rows] == ["edu", "half"]
-    assert done.rows[0]["invalid_rate"] == 0 and 0.1 < done.rows[1]["invalid_rate"] < 0.3
-    assert done.rows[1]["mean"] < done.rows[0]["mean"]
-    assert {p.name for p in (out / "figures").iterdir()} == {
-        "overlay_mean_by_round.png", "overlay_last_round.png"}
-    assert len(_images((out / "compare.html").read_text())) == 2
+    assert [r["steps"] for r in done.rows] == [3, 3]
+    assert done.rows[0]["final"]["n_valid"] == 60 and done.rows[1]["final"]["n_valid"] < 60
+    assert done.rows[1]["final"]["mean"] < done.rows[0]["final"]["mean"]
+    overlays = {f"overlay_{n[len('metric_'):]}" for n in GAME_METRICS}
+    assert {p.stem for p in (out / "figures").iterdir()} == overlays == set(done.figures)
+    assert len(_images((out / "compare.html").read_text())) == len(overlays)
 
     monkeypatch.chdir(tmp_path)
     code, stdout, err = cli(capsys, monkeypatch, "compare", runs["edu"], runs["half"],
@@ -162,22 +239,23 @@ def test_compare_puts_runs_side_by_side(runs: dict[str, Path], tmp_path: Path,
     (made,) = tmp_path.glob("compare-*")
     assert (made / "compare.html").exists()
     assert "edu (2)" in stdout and "half" in stdout and "compare.html" in stdout
+    assert "n_valid" in stdout and "calls" in stdout
     code, _, err = cli(capsys, monkeypatch, "compare", tmp_path / "nothing")
     assert code == 2 and "no such directory" in err
 
 
 def test_overlays_have_one_series_per_run(runs: dict[str, Path]) -> None:
-    from populace.results._figures import overlay_final_histograms, overlay_means
-
     pair = [("a", load_run(runs["edu"])), ("b", load_run(runs["half"]))]
-    means = overlay_means(pair)
+    means = overlay_metric(pair, "mean")
     assert means is not None
     lines = means.axes[0].get_lines()
     assert [line.get_label() for line in lines] == ["a", "b"]
     assert all(list(line.get_xdata()) == [1, 2, 3] for line in lines)
     assert np.all(np.diff(lines[1].get_ydata()) < 0)  # convergence on the scripted model
-    hist = overlay_final_histograms(pair)
-    assert hist is not None and len(hist.axes[0].patches) == 2
+    usage = overlay_metric(pair, "usage")
+    assert usage is not None and len(usage.axes) == 5
+    assert [line.get_label() for line in usage.axes[1].get_lines()] == ["a s", "b s"]
+    assert overlay_metric(pair, "no such metric") is None
 
 
 def test_report_command_in_a_new_process(runs: dict[str, Path], tmp_path: Path) -> None:
@@ -198,7 +276,7 @@ def test_reports_open_in_headless_chromium(runs: dict[str, Path], tmp_path: Path
 
     edu = tmp_path / "edu"
     shutil.copytree(runs["edu"], edu)
-    pages = {edu / "report.html": len(write_report(edu).figures)}
+    pages = {edu / "report.html": len(write_report(edu, extra_figures=game_figures).figures)}
     done = write_comparison([runs["edu"], runs["half"]], tmp_path / "cmp")
     pages[done.path] = len(done.figures)
     with sync_playwright() as p:

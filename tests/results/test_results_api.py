@@ -14,8 +14,9 @@ def test_all_is_exactly_the_public_names() -> None:
     public = {n for n, v in vars(populace.results).items()
               if not n.startswith("_") and not isinstance(v, types.ModuleType)}
     assert set(listed) == public
-    assert {"Comparison", "Report", "RunData", "headline", "load_run", "sweep_table",
-            "write_comparison", "write_report"} <= set(listed)
+    assert {"Breakdown", "Comparison", "Report", "RunData", "RunDirectory", "headline",
+            "load_run", "read_table", "sweep_table", "write_comparison",
+            "write_report"} <= set(listed)
 
 
 def test_importing_results_does_not_import_matplotlib() -> None:

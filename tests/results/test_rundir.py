@@ -1,4 +1,4 @@
-"""The run directory: atomic files, one Parquet file per round, consolidation, reading back."""
+"""The run directory: atomic files, one Parquet file per step, consolidation, reading back."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from populace.results import RunDirectory, atomic_write, read_summary, read_table
+from populace.results import RunDirectory, atomic_write, read_partial, read_summary, read_table
 
 
 def _round(round_no: int, n: int = 3) -> pa.Table:
@@ -127,8 +127,10 @@ def test_consolidate_joins_rounds_in_order(tmp_path: Path) -> None:
     assert table.column("round").to_pylist() == [1, 1, 1, 2, 2, 2, 10, 10, 10]
     assert table.column("number").to_pylist()[:3] == [10.0, 11.0, 12.0]
     assert table.schema.equals(_round(1).schema)
-    assert read_table(tmp_path).equals(table)
+    assert read_table(tmp_path, "responses").equals(table)
     assert read_table(tmp_path, "other").column("number").to_pylist() == [990.0, 991.0, 992.0]
+    with pytest.raises(ValueError, match=r"has 2 tables \(other, responses\): name one"):
+        read_table(tmp_path)  # no default table: the only one, or name it
     assert _leftovers(tmp_path) == []
 
 
@@ -159,7 +161,64 @@ def test_read_table_prefers_the_consolidated_file(tmp_path: Path) -> None:
 
 def test_read_table_without_any_file(tmp_path: Path) -> None:
     RunDirectory.create(tmp_path)
-    with pytest.raises(FileNotFoundError, match=r"no responses\.parquet and no round files"):
+    with pytest.raises(FileNotFoundError, match=r"no responses\.parquet and no step files"):
+        read_table(tmp_path, "responses")
+    with pytest.raises(FileNotFoundError, match=r"has no tables"):
         read_table(tmp_path)
     with pytest.raises(FileNotFoundError, match="no profiles"):
         read_table(tmp_path / "missing", "profiles")
+
+
+def test_a_table_whose_name_extends_another_keeps_its_own_steps(tmp_path: Path) -> None:
+    rd = RunDirectory.create(tmp_path)
+    rd.write_round("votes", 1, _round(1))
+    rd.write_round("votes-r", 2, _round(2))  # "votes-r*" must not catch its files
+    assert rd.part_steps("votes") == [1] and rd.part_steps("votes-r") == [2]
+    assert read_table(tmp_path, "votes").column("round").to_pylist() == [1, 1, 1]
+
+
+# -- reading a run back ----------------------------------------------------------------------
+def test_the_directory_reads_back_what_it_wrote(tmp_path: Path) -> None:
+    rd = RunDirectory.create(tmp_path)
+    assert (rd.read_config(), rd.read_profiles(), rd.table_names()) == ({}, None, [])
+    rd.write_config({"scenario": "x.py:X", "steps": 2})
+    profiles = pa.table({"agent_id": pa.array([0, 1, 2], pa.int64()), "kind": ["a", "b", "a"]})
+    rd.write_profiles(profiles)
+    rd.write_round("flips", 1, _round(1))
+    rd.write_round("flips", 2, _round(2))
+    assert rd.read_config() == {"scenario": "x.py:X", "steps": 2}
+    assert rd.read_profiles().equals(profiles)
+    assert rd.table_names() == ["flips"]  # profiles.parquet is no table
+    assert rd.read_table().equals(read_table(tmp_path, "flips"))
+    # The summary names tables a partial run has no step files of yet; both are listed.
+    rd.write_summary({"status": "running", "steps": [], "tables": ["flips", "later"]})
+    assert rd.table_names() == ["flips", "later"]
+    rd.consolidate("flips")
+    (tmp_path / "backgrounds.parquet").write_bytes((tmp_path / "profiles.parquet").read_bytes())
+    assert rd.table_names() == ["flips", "later"]
+    (tmp_path / "config.yaml").write_text("[not: a mapping")
+    assert rd.read_config() == {}
+
+
+def test_a_consolidated_table_without_step_files_is_found(tmp_path: Path) -> None:
+    rd = RunDirectory.create(tmp_path)
+    rd.write_round("answers", 1, _round(1))
+    rd.consolidate("answers")
+    rd.write_profiles(pa.table({"agent_id": [0]}))
+    (tmp_path / "parts" / "answers-r00001.parquet").unlink()
+    assert rd.table_names() == ["answers"]
+    assert read_table(tmp_path).num_rows == 3
+
+
+def test_read_partial_finds_the_step_in_progress(tmp_path: Path) -> None:
+    rd = RunDirectory.create(tmp_path)
+    assert read_partial(tmp_path) is None
+    rd.write_partial("flips", 3, _round(3, n=2))
+    step, rows = read_partial(tmp_path) or (0, None)
+    assert step == 3 and rows is not None and rows.num_rows == 2
+    assert read_partial(tmp_path, "other") is None
+    rd.write_partial("other", 3, _round(3))
+    with pytest.raises(ValueError, match="name one"):
+        read_partial(tmp_path)
+    rd.clear_partial("flips")
+    assert read_partial(tmp_path, "flips") is None and read_partial(tmp_path) is not None

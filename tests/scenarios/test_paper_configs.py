@@ -26,13 +26,13 @@ from populace.cli import app
 from populace.config import load_config
 from populace.results import load_run, read_summary, write_report
 from populace.results._report import run_figures, sweep_figures
-from populace.scenarios.guess_number import RunConfig
+from populace.scenarios.guess_number import GuessNumber, RunConfig
 
 PAPER = Path(__file__).resolve().parents[2] / "examples" / "paper"
 CONFIGS = sorted(p.stem for p in PAPER.glob("*.yaml") if p.stem != "scale_1m")
 AGENTS = 200
-BASE_FIGURES = {"numbers_by_round", "mean_by_round", "invalid_by_round", "usage_by_round",
-                "wall_by_round"}
+game_figures = GuessNumber().figures
+BASE_FIGURES = {"numbers_by_round", "mean_by_round", "invalid_by_round"}  # the game's own
 EXTRA_FIGURES = {"education": {"by_education"}, "professions": {"by_profession"},
                  "mixed_models": {"by_model"}, "group_play": {"by_group", "groups_by_round"}}
 
@@ -128,7 +128,7 @@ def test_config_runs_to_completion(paper_runs: dict[str, Path], name: str) -> No
         index = json.loads((paper_runs[name] / "sweep.json").read_text())
         assert index["status"] == "completed" and index["keys"] == list(sweep)
         assert [p["status"] for p in index["points"]] == ["completed"] * len(dirs)
-        assert all(p["final"]["rounds_done"] == rounds for p in index["points"])
+        assert all(p["final"]["steps_done"] == rounds for p in index["points"])
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -138,14 +138,15 @@ def test_report_draws_every_figure_with_content(paper_runs: dict[str, Path], nam
     expected = BASE_FIGURES | EXTRA_FIGURES.get(name, set())
     for d in _run_dirs(root):
         run = load_run(d)
-        figures = run_figures(run)
-        assert set(figures) == expected
+        figures = run_figures(run, game_figures)
+        assert set(game_figures(run)) == expected
+        assert {"metric_mean", "metric_usage", "metric_wall_s"} <= set(figures)
         if (d / "report.html").exists() or d == _run_dirs(root)[0]:
-            assert {p.stem for p in (d / "figures").glob("*.png")} == expected
+            assert {p.stem for p in (d / "figures").glob("*.png")} == set(figures)
             for png in (d / "figures").glob("*.png"):
                 _not_blank(png)
             html = (d / "report.html").read_text()
-            assert html.count('src="data:image/png;base64,') == len(expected)
+            assert html.count('src="data:image/png;base64,') == len(figures)
         rows = read_summary(d)["steps"]
 
         hist = _visible(figures["numbers_by_round"])
@@ -156,14 +157,19 @@ def test_report_draws_every_figure_with_content(paper_runs: dict[str, Path], nam
         lines = figures["mean_by_round"].axes[0].get_lines()
         assert len(lines) >= 3 and all(len(line.get_xdata()) == len(rows) for line in lines)
         assert len(figures["invalid_by_round"].axes[0].patches) == len(rows)
-        tokens, calls = figures["usage_by_round"].axes
-        assert len(tokens.patches) == 2 * len(rows) and min(_heights(tokens)) > 0
-        assert _heights(calls) == [2 * AGENTS] * len(rows)  # answer + extraction
-        assert min(_heights(figures["wall_by_round"].axes[0])) > 0
+        models = read_summary(d)["models"]
+        calls = sum(np.nan_to_num(run.metric(f"usage.{m}.calls")) for m in models
+                    if f"usage.{m}.calls" in run.metrics())
+        assert list(calls) == [2 * AGENTS] * len(rows)  # answer + extraction
+        usage = figures["metric_usage"].axes  # a panel per counter, a line per model
+        assert {ax.get_title() for ax in usage} == {
+            "agents", "calls", "retries", "prompt_tokens", "completion_tokens"}
+        assert all(len(ax.get_lines()) == len(models) for ax in usage)
+        assert run.metric("wall_s").min() > 0
         for column in ("education", "profession", "model", "group"):
             if f"by_{column}" in expected:
                 panels = _visible(figures[f"by_{column}"])
-                split = run.numbers_by(column, len(rows))
+                split = run.values_by("responses", "number", column, len(rows))
                 assert len(panels) == len(split) == len(run.categories()[column]) >= 3
                 assert [_counts(ax).sum() for ax in panels] == [v.size for v in split.values()]
                 assert sum(v.size for v in split.values()) == rows[-1]["n_valid"]
@@ -180,18 +186,20 @@ def test_sweep_report_plots_metrics_against_the_swept_keys(paper_runs: dict[str,
     index = json.loads((root / "sweep.json").read_text())
     runs = [(p["dir"], load_run(root / p["dir"])) for p in index["points"]]
     figures = sweep_figures(index, runs)
-    expected = {f"sweep_{k}" for k in sweep} | {"sweep_last_round"}
+    expected = {f"sweep_{k}" for k in sweep}
     if min(int(_raw(name).get("rounds", 1)), 3) > 1:
-        expected.add("sweep_mean_by_round")
-    assert set(figures) == expected
-    assert {p.stem for p in (root / "figures").glob("*.png")} == expected
+        expected |= {"overlay_mean", "overlay_std", "overlay_target", "overlay_usage"}
+    assert expected <= set(figures)
+    assert all(n.startswith(("sweep_", "overlay_")) for n in figures)
+    assert {p.stem for p in (root / "figures").glob("*.png")} == set(figures)
     for key, values in sweep.items():
         combos = math.prod(len(v) for k, v in sweep.items() if k != key)
         for ax in figures[f"sweep_{key}"].axes:  # mean and sd panels
             lines = ax.get_lines()
             assert len(lines) == combos
             assert all(len(line.get_xdata()) == len(values) for line in lines)
-    assert len(figures["sweep_last_round"].axes[0].patches) == len(runs)  # one outline each
+    if "overlay_mean" in figures:  # one line per point
+        assert len(figures["overlay_mean"].axes[0].get_lines()) == len(runs)
     html = (root / "report.html").read_text()
     reported = [p["dir"] for p in index["points"] if (root / p["dir"] / "report.html").exists()]
     assert reported == ([p["dir"] for p in index["points"]] if name == "multi_round"
@@ -209,7 +217,8 @@ def _last_means(path: Path) -> dict[str, float]:
 
 def test_higher_education_reports_lower_numbers(paper_runs: dict[str, Path]) -> None:
     run = load_run(paper_runs["education"])
-    means = {k: float(v.mean()) for k, v in run.numbers_by("education", 1).items()}
+    means = {k: float(v.mean())
+             for k, v in run.values_by("responses", "number", "education", 1).items()}
     assert list(means) == ["primary school", "high school", "bachelor's degree",
                            "master's degree", "doctorate"]
     assert list(means.values()) == sorted(means.values(), reverse=True)
@@ -218,7 +227,8 @@ def test_higher_education_reports_lower_numbers(paper_runs: dict[str, Path]) -> 
 
 def test_game_theory_professors_lowest_artists_highest(paper_runs: dict[str, Path]) -> None:
     run = load_run(paper_runs["professions"])
-    means = {k: float(v.mean()) for k, v in run.numbers_by("profession", 1).items()}
+    means = {k: float(v.mean())
+             for k, v in run.values_by("responses", "number", "profession", 1).items()}
     ranked = sorted(means, key=means.__getitem__)
     assert ranked == ["game theory professor", "economist", "psychologist", "writer",
                       "athlete", "artist"]
@@ -257,7 +267,7 @@ def test_temperature_spreads_answers_and_keeps_the_mean(paper_runs: dict[str, Pa
 
 def test_mixed_models_differ_and_the_famous_note_lowers(paper_runs: dict[str, Path]) -> None:
     run = load_run(paper_runs["mixed_models"])
-    split = run.numbers_by("model", 1)
+    split = run.values_by("responses", "number", "model", 1)
     assert [v.size for v in split.values()] == [67, 67, 66]  # exact thirds of 200
     assert float(np.mean(split["mixtral"])) < 3 < float(np.mean(split["llama"]))
     assert float(np.std(split["qwen"])) > 2 * float(np.std(split["llama"]))

@@ -12,6 +12,7 @@ from ._launcher import (
     MAX_RECOVERIES,
     STATUSES,
     Observer,
+    ScenarioFailed,
     Terminated,
     launch,
     run_until_signalled,
@@ -24,6 +25,7 @@ from ._runfile import (
     load_run_file,
     parse_run_file,
     resolve_scenario,
+    scenario_of,
     where,
 )
 from ._scenario import COMMON_OPTIONS, Scenario, ScenarioSettings
@@ -41,6 +43,7 @@ __all__ = [
     "RunFile",
     "RunOptions",
     "Scenario",
+    "ScenarioFailed",
     "ScenarioSettings",
     "StepAbandoned",
     "Terminated",
@@ -50,5 +53,6 @@ __all__ = [
     "parse_run_file",
     "resolve_scenario",
     "run_until_signalled",
+    "scenario_of",
     "where",
 ]

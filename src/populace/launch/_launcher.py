@@ -13,16 +13,18 @@ the statuses in :data:`STATUSES`.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import signal
 import time
+import traceback
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import pyarrow as pa
 
-from populace.core import ConfigError, Simulation, WorkerLost, ship_by_value
+from populace.core import ConfigError, PopulaceError, Simulation, WorkerLost, ship_by_value
 from populace.environment import ServiceClosed
 from populace.llm import ModelSet, preflight
 from populace.population import generate_backgrounds, sample_population
@@ -34,8 +36,8 @@ from populace.results import (
     write_checkpoint,
 )
 
-from ._run import Run, StepAbandoned
-from ._runfile import USER_MODULE_PREFIX, RunFile
+from ._run import ObserverFailed, Run, StepAbandoned
+from ._runfile import USER_MODULE_PREFIX, RunFile, where
 
 #: How a run ends (``summary.json``'s ``status``); ``running`` while it runs.
 STATUSES = ("completed", "stopped", "interrupted", "failed")
@@ -55,6 +57,23 @@ class Observer(Protocol):
 
 class Terminated(Exception):
     """SIGTERM arrived; the run was stopped cleanly."""
+
+
+class ScenarioFailed(PopulaceError):
+    """The scenario's own code raised; the message is one line naming its file and line,
+    the traceback is kept in ``RUN_DIR/error.txt``, the original is the ``__cause__``."""
+
+
+def _failed(run_file: RunFile, error: Exception, run_dir: RunDirectory | None
+            ) -> ScenarioFailed:
+    source = Path(inspect.getfile(run_file.scenario))
+    kept = ""
+    if run_dir is not None:
+        saved = run_dir.path / "error.txt"
+        saved.write_text("".join(traceback.format_exception(error)))
+        kept = f" (traceback in {saved})"
+    return ScenarioFailed(f"{run_file.path}: scenario {where(error, source)}"
+                          f"{type(error).__name__}: {error}{kept}")
 
 
 def run_until_signalled(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -161,14 +180,15 @@ async def _population(run_file: RunFile, run_dir: RunDirectory | None,
         raise ConfigError(f"{run_file.path}: population.backgrounds.model: {name!r} is not "
                           f"under models: (have: {', '.join(o.models)})")
     if replay is not None:  # the backgrounds the replayed run used
-        import pyarrow.parquet as pq
-
         try:
-            recorded = pq.read_table(replay / "profiles.parquet", columns=["background"])
+            recorded = RunDirectory(replay).read_profiles()
+            if recorded is None:
+                raise OSError("no profiles.parquet")
+            written = recorded.column("background")
         except (OSError, KeyError, pa.ArrowInvalid) as e:
             raise ConfigError(f"{replay}: cannot replay backgrounds from profiles.parquet: "
                               f"{e}") from None
-        return table.append_column("background", recorded.column("background"))
+        return table.append_column("background", written)
     client = ModelSet.build({name: o.models[name]})[name]
     cache = Path(".populace-cache")
     out = (run_dir.path if run_dir is not None else cache) / "backgrounds.parquet"
@@ -211,6 +231,20 @@ async def _show_environment(run: Run, monitor: RunMonitor) -> None:
             monitor.set_environment(key, value)
 
 
+async def _own(call: Coroutine[Any, Any, None], run_file: RunFile,
+               run_dir: RunDirectory | None) -> None:
+    """Await the scenario's own ``call``; a bug in it (an exception that is not one of
+    Populace's or the system's) becomes :class:`ScenarioFailed`, its traceback kept."""
+    try:
+        await call
+    except (PopulaceError, OSError, StepAbandoned):
+        raise
+    except ObserverFailed as e:
+        raise e.error from None
+    except Exception as e:
+        raise _failed(run_file, e, run_dir) from e
+
+
 async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
                    monitor: RunMonitor | None, observers: Sequence[Observer], resume: bool,
                    replay: Path | None) -> dict[str, Any]:
@@ -249,11 +283,11 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
             scenario = run_file.scenario()
             try:
                 t_setup = time.perf_counter()
-                await scenario.setup(run)
+                await _own(scenario.setup(run), run_file, run_dir)
                 summary["setup_s"] = round(time.perf_counter() - t_setup, 4)
                 summary["create_s"] = round(run.create_s, 4)
                 if restored is not None:
-                    await _restore(run, scenario, restored)
+                    await _own(_restore(run, scenario, restored), run_file, run_dir)
                 if monitor is not None:
                     monitor.simulation_started(sim)
                 for t in range(start, o.steps + 1):
@@ -265,7 +299,7 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
                     for observer in observers:
                         observer.step_started(t, o.steps)
                     try:
-                        await scenario.step(run, t)
+                        await _own(scenario.step(run, t), run_file, run_dir)
                     except StepAbandoned:
                         stopped = True  # the step is abandoned, never written with holes
                         break
@@ -282,7 +316,7 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
                     summary["steps"].append(entry)
                     summary["wall_s"] = round(time.perf_counter() - started, 4)
                     if run_dir is not None:
-                        await _checkpoint(run, scenario, t)
+                        await _own(_checkpoint(run, scenario, t), run_file, run_dir)
                         run_dir.write_summary(summary)
                     for observer in observers:
                         observer.step_finished(t, entry)
@@ -298,7 +332,8 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
     except BaseException as e:
         interrupted = isinstance(e, KeyboardInterrupt | asyncio.CancelledError)
         summary["status"] = "interrupted" if interrupted else "failed"
-        summary["error"] = f"{type(e).__name__}: {e}"
+        cause = e.__cause__ if isinstance(e, ScenarioFailed) else e
+        summary["error"] = f"{type(cause).__name__}: {cause}"
         if isinstance(e, ServiceClosed):
             # An environment's actor died: like a lost worker, recovered from the last
             # checkpoint (which holds the environment too).

@@ -41,6 +41,15 @@ Measure = Callable[[Sequence[Any]], tuple[np.ndarray, np.ndarray]]
 Rows = Callable[[np.ndarray, list[Any]], pa.Table]
 
 
+class ObserverFailed(Exception):
+    """An observer raised while the scenario was collecting: not the scenario's failure
+    (the launcher re-raises ``error`` itself)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class StepAbandoned(Exception):
     """A stop was requested while a step collected answers: the step is not written."""
 
@@ -247,8 +256,11 @@ class Run:
         every = 60 * self.options.checkpoint_minutes
         while not answers.done():
             await wait([answers], timeout=0.1)
-            for observer in self._observers:
-                observer.step_progress(self.step, answers.n_done, total)
+            try:
+                for observer in self._observers:
+                    observer.step_progress(self.step, answers.n_done, total)
+            except Exception as e:
+                raise ObserverFailed(e) from e
             if partial is not None and time.monotonic() - saved_at >= every:
                 self.save_partial()
                 saved_at = time.monotonic()

@@ -253,3 +253,14 @@ def _absolute(ref: str, source: Path) -> str:
 def load_run_file(path: str | Path, overrides: dict[str, Any] | None = None) -> RunFile:
     """Read and check run file ``path``; every problem is one :class:`ConfigError` line."""
     return parse_run_file(read_yaml(path), Path(path), overrides)
+
+
+def scenario_of(run_dir: Path) -> type[Scenario] | None:
+    """The scenario class that made run directory ``run_dir`` (from its ``config.yaml``),
+    None when it names none; :class:`ConfigError` when it cannot be loaded any more."""
+    config = run_dir / "config.yaml"
+    data = read_yaml(config) if config.exists() else {}
+    ref = data.get("scenario", DEFAULT_SCENARIO if data else None)
+    if not isinstance(ref, str):
+        return None
+    return resolve_scenario(ref, config)

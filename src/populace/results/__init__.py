@@ -1,8 +1,12 @@
 """Run outputs: the run directory, streamed Parquet tables, summaries, reports.
 
-``load_run`` reads a run (finished or partial) for analysis; ``write_report`` turns a run or
-sweep directory into PNG figures and a self-contained ``report.html``; ``write_comparison``
-puts several runs side by side. Figures need matplotlib, imported only when drawing.
+Nothing here knows a scenario. :class:`RunDirectory` owns the layout, for writing and for
+reading; ``load_run`` reads a run of any scenario (finished or partial) for analysis: its
+metric series, declared distributions, tables, profiles and :class:`Breakdown` s of any
+per-agent column by any profile column. ``write_report`` turns a run or sweep directory into
+PNG figures and a self-contained ``report.html`` (plus a scenario's own figures, passed in);
+``write_comparison`` puts several runs side by side. Figures need matplotlib, imported only
+when drawing.
 """
 
 from ._checkpoint import (
@@ -12,18 +16,20 @@ from ._checkpoint import (
     write_checkpoint,
 )
 from ._compare import Comparison, write_comparison
-from ._monitor import RunMonitor, run_snapshot
+from ._monitor import RunMonitor, RunSnapshot, run_snapshot
 from ._report import Report, sweep_table, write_report
 from ._rundir import RunDirectory, atomic_write, read_partial, read_summary, read_table
-from ._runs import RunData, headline, load_run
+from ._runs import Breakdown, RunData, headline, load_run
 
 __all__ = [
+    "Breakdown",
     "CheckpointError",
     "Comparison",
     "Report",
     "RunData",
     "RunDirectory",
     "RunMonitor",
+    "RunSnapshot",
     "atomic_write",
     "headline",
     "latest_checkpoint",

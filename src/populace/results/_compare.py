@@ -1,7 +1,10 @@
 """``populace compare RUN_DIR...``: several runs side by side, in a table and overlaid plots.
 
-Writes ``OUT/compare.html`` (self-contained), ``OUT/figures/overlay_mean_by_round.png``
-and ``OUT/figures/overlay_last_round.png``. A sweep directory stands for all of its points.
+Works on the runs of any scenario: the table has each run's size, steps and the last value
+of every metric the runs share; ``OUT/figures/overlay_METRIC.png`` draws each common metric
+per step (one line per run) and ``overlay_distribution_NAME.png`` each declared
+distribution's last step. ``OUT/compare.html`` holds it all. A sweep directory stands for
+all of its points.
 """
 
 from __future__ import annotations
@@ -14,11 +17,17 @@ from typing import Any
 
 from rich.table import Table
 
-from ._report import _fmt, _html, _short, save_figures, terminal_table
-from ._runs import RunData, load_run
-
-_COLUMNS = ("run", "status", "agents", "rounds", "mean", "sd", "target", "winner",
-            "inv %", "calls", "tokens")
+from ._report import (
+    RUN_KEYS,
+    TERMINAL_METRICS,
+    _count,
+    _fmt,
+    _html,
+    _overlays,
+    _save,
+    terminal_table,
+)
+from ._runs import RunData, headline, load_run
 
 
 @dataclass(frozen=True)
@@ -27,7 +36,7 @@ class Comparison:
 
     path: Path  # compare.html
     figures: dict[str, Path]
-    rows: list[dict[str, Any]]
+    rows: list[dict[str, Any]]  # per run: run, path, status, agents, steps, final
     table: Table  # the side-by-side table, for a terminal
 
 
@@ -54,43 +63,45 @@ def _expand(run_dirs: Sequence[str | Path]) -> list[tuple[str, RunData]]:
 
 
 def comparison_rows(runs: Sequence[tuple[str, RunData]]) -> list[dict[str, Any]]:
-    """Per run: size, rounds, the last round's statistics, invalid share and usage."""
-    rows = []
-    for label, run in runs:
-        per_round = run.round_rows()
-        last = per_round[-1] if per_round else {}
-        n = sum(r["n"] for r in per_round)
-        invalid = sum(r["n"] - r["n_valid"] for r in per_round)
-        rows.append({
-            "run": label, "path": str(run.path), "status": run.status, "agents": run.agents,
-            "rounds": len(per_round), "mean": last.get("mean"), "std": last.get("std"),
-            "target": last.get("target"), "winner_number": last.get("winner_number"),
-            "invalid_rate": invalid / n if n else None,
-            "calls": sum(r["calls"] for r in per_round),
-            "tokens": sum(r["tokens"] for r in per_round),
-        })
-    return rows
+    """Per run: its label, path, status, agents, steps and ``final``: the last step's
+    metrics with the run's totals (:func:`~populace.results.headline`)."""
+    return [{"run": label, "path": str(run.path), "status": run.status, "agents": run.agents,
+             "steps": len(run.steps()), "final": headline(run.summary or {})}
+            for label, run in runs]
 
 
-def _cells(row: dict[str, Any]) -> list[str]:
-    rate = row["invalid_rate"]
-    return [row["run"], row["status"], _fmt(row["agents"]), str(row["rounds"]),
-            _fmt(row["mean"]), _fmt(row["std"]), _fmt(row["target"]),
-            _fmt(row["winner_number"], "g"), _fmt(None if rate is None else 100 * rate, ".1f"),
-            _short(row["calls"]), _short(row["tokens"])]
+def common_last_metrics(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The last-step metrics every run has, in the first run's order."""
+    if not rows:
+        return []
+    names = [k for k in rows[0]["final"] if k not in RUN_KEYS]
+    return [n for n in names if all(n in r["final"] for r in rows[1:])]
+
+
+def _cells(row: dict[str, Any], metrics: Sequence[str], usage: bool) -> list[str]:
+    final = row["final"]
+    cells = [row["run"], row["status"], _fmt(row["agents"]), str(row["steps"]),
+             *(_fmt(final.get(m)) for m in metrics)]
+    if usage:
+        cells += [_count(final.get("calls")), _count(final.get("tokens"))]
+    return cells
 
 
 def compare_table(rows: Sequence[dict[str, Any]]) -> Table:
-    """The side-by-side table ``populace compare`` prints."""
-    table = terminal_table(f"{len(rows)} runs (statistics of each run's last round)")
-    for col in _COLUMNS:
-        if col == "run":
-            table.add_column(col, overflow="fold")
-        elif col != "status":  # shown after the name when not completed
-            table.add_column(col, justify="right")
+    """The side-by-side table ``populace compare`` prints (the first
+    :data:`~populace.results._report.TERMINAL_METRICS` common metrics)."""
+    table = terminal_table(f"{len(rows)} runs (metrics of each run's last step)")
+    metrics = common_last_metrics(rows)
+    shown = metrics[:TERMINAL_METRICS]
+    if len(shown) < len(metrics):
+        table.caption = f"{len(metrics) - len(shown)} more metrics in compare.html"
+    usage = any("calls" in r["final"] for r in rows)
+    table.add_column("run", overflow="fold")
+    for col in ("agents", "steps", *shown, *(("calls", "tokens") if usage else ())):
+        table.add_column(col, justify="right", overflow="fold")
     for row in rows:
-        cells = _cells(row)
-        if row["status"] != "completed":
+        cells = _cells(row, shown, usage)
+        if row["status"] != "completed":  # shown after the name
             cells[0] += f" ({row['status']})"
         del cells[1]
         table.add_row(*cells)
@@ -99,21 +110,22 @@ def compare_table(rows: Sequence[dict[str, Any]]) -> Table:
 
 def write_comparison(run_dirs: Sequence[str | Path], out: str | Path) -> Comparison:
     """Compare ``run_dirs`` into directory ``out``; raises FileNotFoundError for a directory
-    that holds no run."""
-    from . import _figures as f
+    that holds no run.
 
+    >>> done = write_comparison(["runs/a", "runs/b"], "compare")  # doctest: +SKIP
+    >>> done.path, sorted(done.figures)  # doctest: +SKIP
+    """
     runs = _expand(run_dirs)
     out = Path(out)
-    figures = {name: fig for name, fig in (
-        ("overlay_mean_by_round", f.overlay_means(runs)),
-        ("overlay_last_round", f.overlay_final_histograms(runs)),
-    ) if fig is not None}
-    saved = save_figures(figures, out / "figures")
+    saved, captions = _save(_overlays(runs, "run"), out / "figures")
     rows = comparison_rows(runs)
+    metrics = common_last_metrics(rows)
+    usage = any("calls" in r["final"] for r in rows)
     meta = "Runs: " + ", ".join(f"{r['run']} ({r['path']})" for r in rows)
-    tables = [{"title": "Side by side", "head": _COLUMNS, "rows": [_cells(r) for r in rows]}]
+    head = ("run", "status", "agents", "steps", *metrics,
+            *(("LLM calls", "tokens") if usage else ()))
+    tables = [{"title": "Side by side (last step)", "head": head,
+               "rows": [_cells(r, metrics, usage) for r in rows]}]
     path = out / "compare.html"
-    _html(path, f"Comparison of {len(rows)} runs", meta, None, tables, saved, None)
-    for fig in figures.values():
-        fig.clear()
+    _html(path, f"Comparison of {len(rows)} runs", meta, None, tables, saved, captions, None)
     return Comparison(path, {n: p for n, (p, _) in saved.items()}, rows, compare_table(rows))

@@ -1,7 +1,9 @@
 """The report's figures, as matplotlib ``Figure`` objects (Agg, no pyplot, no global state).
 
 Every function returns a figure (or None when the run has nothing to show for it); the
-caller saves it. Returning the objects lets tests count the bars and lines they hold.
+caller saves it. Returning the objects lets tests count the panels, bars and lines they
+hold. Nothing here knows a scenario: metrics, distributions, tables and profile columns are
+drawn by their names.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
@@ -18,229 +21,189 @@ from matplotlib.ticker import MaxNLocator
 from ._runs import RunData, show_value
 
 _WIDTH = 10.0  # inches; PNGs are saved at 100 dpi
-_MAX_PANELS = 12
-
-
-def _figure(height: float, ncols: int = 1) -> tuple[Figure, list[Axes]]:
-    """One row of ``ncols`` axes. Margins are set by hand: matplotlib's automatic layouts
-    would double the time a report takes."""
-    fig = Figure(figsize=(_WIDTH, height))
-    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.6 / height, top=1 - 0.45 / height,
-                        wspace=0.25)
-    axes = fig.subplots(1, ncols, squeeze=False).ravel().tolist()
-    return fig, axes
+_MAX_PANELS = 12  # panels of one figure, at most
+_MAX_STEPS = 6  # steps shown of a distribution: first and last included, evenly spread
 
 
 def _grid(n: int, height: float = 2.4) -> tuple[Figure, list[Axes]]:
+    """``n`` axes in rows of up to 3 (5 past 6 panels). Margins are set by hand:
+    matplotlib's automatic layouts would double the time a report takes."""
     ncols = max(1, min(n, 3 if n <= 6 else 5))
     nrows = math.ceil(n / ncols)
     total = 1.4 + height * nrows
     fig = Figure(figsize=(_WIDTH, total))
-    fig.subplots_adjust(left=0.05, right=0.99, bottom=0.55 / total, top=1 - 0.95 / total,
-                        hspace=0.6, wspace=0.22)
-    axes = fig.subplots(nrows, ncols, sharex=True, squeeze=False).ravel().tolist()
+    fig.subplots_adjust(left=0.07, right=0.99, bottom=0.55 / total, top=1 - 0.95 / total,
+                        hspace=0.75, wspace=0.28)
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel().tolist()
     for ax in axes[n:]:
-        ax.set_visible(False)
-    for ax in axes[max(0, n - ncols):n]:  # the lowest panel of each column shows its scale
-        ax.xaxis.set_tick_params(labelbottom=True)
+        fig.delaxes(ax)
+    for ax in axes[:n]:
+        ax.tick_params(labelsize=8)
     return fig, axes[:n]
 
 
-def _edges(run: RunData) -> list[float]:
-    low, high = run.bounds
-    return [float(x) for x in np.linspace(low, high, 51)]
+def _spread(steps: Sequence[int], most: int = _MAX_STEPS) -> list[int]:
+    """At most ``most`` steps, first and last included, evenly spread."""
+    if len(steps) <= most:
+        return list(steps)
+    picks = np.linspace(0, len(steps) - 1, most).round().astype(int)
+    return [steps[i] for i in sorted(set(picks.tolist()))]
 
 
-def _panel(ax: Axes, values: np.ndarray, edges: list[float], title: str, color: Any = None
-           ) -> None:
-    counts, _ = np.histogram(values, bins=edges)
-    ax.stairs(counts, edges, fill=True, color=color)  # one patch, not one per bar: faster
-    if values.size:
-        ax.axvline(float(values.mean()), color="black", linestyle="--", linewidth=1)
-        title += f"\nn={values.size}, mean={values.mean():.1f}, sd={values.std():.1f}"
+def _steps_axis(ax: Axes) -> None:
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("step", fontsize=8)
+
+
+def metric_groups(series: dict[str, np.ndarray]) -> dict[str, list[str]]:
+    """Series by the metric that reported them (``usage.m.calls`` → ``usage``)."""
+    groups: dict[str, list[str]] = {}
+    for name in series:
+        groups.setdefault(name.split(".", 1)[0], []).append(name)
+    return groups
+
+
+def _panels(group: str, names: Sequence[str]) -> dict[str, list[tuple[str | None, str]]]:
+    """Panels of metric ``group``'s series: ``{title: [(line label, series name)]}``. A
+    mapping of mappings (``usage: {model: {calls, tokens}}``) gets one panel per inner key
+    and one line per outer key; other mappings one panel per series."""
+    rests = [n[len(group) + 1:] if n != group else "" for n in names]
+    parts = [r.split(".") for r in rests]
+    panels: dict[str, list[tuple[str | None, str]]] = {}
+    if all(len(p) == 2 for p in parts):
+        for (outer, inner), name in zip(parts, names, strict=True):
+            panels.setdefault(inner, []).append((outer, name))
     else:
-        title += "\n(no valid answer)"
-    ax.set_title(title, fontsize=8.5)
-    ax.tick_params(labelsize=8)
+        for rest, name in zip(rests, names, strict=True):
+            panels[rest or group] = [(None, name)]
+    return panels
 
 
-def _spread(rounds: Sequence[int]) -> list[int]:
-    """At most ``_MAX_PANELS`` rounds, first and last included, evenly spread."""
-    if len(rounds) <= _MAX_PANELS:
-        return list(rounds)
-    picks = np.linspace(0, len(rounds) - 1, _MAX_PANELS).round().astype(int)
-    return [rounds[i] for i in sorted(set(picks.tolist()))]
+def _more(panels: dict[str, Any]) -> str:
+    return f" (first {_MAX_PANELS} of {len(panels)} panels)" if len(panels) > _MAX_PANELS \
+        else ""
 
 
-def round_histograms(run: RunData) -> Figure | None:
-    """Distribution of the reported numbers, one panel per round."""
-    rounds = _spread(run.round_numbers())
-    if not rounds:
+def metric_figure(run: RunData, group: str) -> Figure | None:
+    """Metric ``group`` over steps: one line, or one panel per series of a metric that is a
+    mapping (``usage``: one panel per counter, one line per model)."""
+    series = run.metrics()
+    names = [n for n in metric_groups(series).get(group, []) if not np.isnan(series[n]).all()]
+    if not names:
         return None
-    fig, axes = _grid(len(rounds))
-    edges = _edges(run)
-    for ax, r in zip(axes, rounds, strict=True):
-        _panel(ax, run.numbers(r), edges, f"round {r}")
-    fig.suptitle(f"{run.name}: numbers reported per round")
-    fig.supxlabel("number")
+    steps = run.metric_steps()
+    panels = _panels(group, names)
+    fig, axes = _grid(min(len(panels), _MAX_PANELS), 3.0 if len(panels) == 1 else 2.4)
+    for ax, (title, lines) in zip(axes, panels.items(), strict=False):
+        for label, name in lines:
+            ax.plot(steps, series[name], marker="o", markersize=3, label=label)
+        ax.set_title(title, fontsize=9)
+        _steps_axis(ax)
+    if any(label is not None for lines in panels.values() for label, _ in lines):
+        axes[0].legend(fontsize=7)
+    fig.suptitle(f"{run.name}: {group} per step{_more(panels)}")
     return fig
 
 
-def category_histograms(run: RunData, column: str, round_no: int | None = None
-                        ) -> Figure | None:
-    """Distribution of the numbers per value of ``column`` (education, model, group …) in
-    round ``round_no`` (default: the last round with responses)."""
-    rounds = run.round_numbers()
-    if not rounds:
+def distribution_figure(run: RunData, name: str) -> Figure | None:
+    """Distribution ``name`` as declared in a few steps spread over the run (dashed: the
+    mean)."""
+    per_step = run.distribution(name)
+    shown = _spread(sorted(per_step))
+    if not shown:
         return None
-    round_no = rounds[-1] if round_no is None else round_no
-    split = run.numbers_by(column, round_no)
-    if not split:
-        return None
-    fig, axes = _grid(len(split))
-    edges = _edges(run)
-    colors = [f"C{i % 10}" for i in range(len(split))]
-    for ax, (value, numbers), color in zip(axes, split.items(), colors, strict=True):
-        _panel(ax, numbers, edges, f"group {value}" if column == "group" else str(value),
-               color)
-    fig.suptitle(f"{run.name}: numbers by {column}, round {round_no}")
-    fig.supxlabel("number")
+    fig, axes = _grid(len(shown))
+    for ax, step in zip(axes, shown, strict=True):
+        d = per_step[step]
+        ax.stairs(d["counts"], d["edges"], fill=True)
+        title = f"step {step}\nn={d['n']:,}"
+        if d.get("mean") is not None:
+            ax.axvline(d["mean"], color="black", linestyle="--", linewidth=1)
+            title += f", mean={d['mean']:.3g}"
+        if d.get("missing"):
+            title += f", missing={d['missing']:,}"
+        ax.set_title(title, fontsize=8.5)
+    fig.suptitle(f"{run.name}: distribution of {name}")
+    fig.supxlabel(name)
     return fig
 
 
-def mean_by_round(run: RunData) -> Figure | None:
-    """Mean (± one standard deviation), median and target of every round."""
-    rows = [r for r in run.round_rows() if r["mean"] is not None]
-    if not rows:
+def breakdown_figure(run: RunData, table: str, by: str) -> Figure | None:
+    """The mean of every per-agent column of ``table`` per value of profile column ``by``,
+    over every step: one panel per column, one line per value."""
+    columns = run.agent_columns(table)[:_MAX_PANELS]
+    if not columns:
         return None
-    x = np.array([r["round"] for r in rows])
-    mean = np.array([r["mean"] for r in rows])
-    std = np.array([r["std"] for r in rows])
-    fig, (ax,) = _figure(4.2)
-    ax.fill_between(x, mean - std, mean + std, alpha=0.2, label="mean ± sd")
-    ax.errorbar(x, mean, yerr=std, fmt="o-", capsize=4, label="mean")
-    ax.plot(x, [r["median"] for r in rows], marker=".", linestyle=":", label="median")
-    targets = [r["target"] if r["target"] is not None else np.nan for r in rows]
-    ax.plot(x, targets, marker="x", linestyle="--", label="target")
-    ax.set_xticks(x)
-    ax.set_xlabel("round")
-    ax.set_ylabel("number")
-    low, high = run.bounds
-    ax.set_ylim(low, high)
-    ax.legend(fontsize=8)
-    ax.set_title(f"{run.name}: mean and spread per round")
-    return fig
-
-
-def invalid_by_round(run: RunData) -> Figure | None:
-    """Share of invalid answers (unparsable, out of range or failed) per round."""
-    rows = run.round_rows()
-    if not rows:
-        return None
-    fig, (ax,) = _figure(3.2)
-    rates = [100 * (r["invalid_rate"] or 0.0) for r in rows]
-    ax.bar([str(r["round"]) for r in rows], rates, color="C3")
-    ax.set_xlabel("round")
-    ax.set_ylabel("invalid answers (%)")
-    ax.set_ylim(0, max(5.0, max(rates) * 1.2))
-    ax.set_title(f"{run.name}: invalid answers per round")
-    return fig
-
-
-def usage_by_round(run: RunData) -> Figure | None:
-    """Tokens (prompt and completion, stacked) and LLM calls per round."""
-    rows = run.round_rows()
-    if not rows:
-        return None
-    fig, (tokens_ax, calls_ax) = _figure(3.6, 2)
-    labels = [str(r["round"]) for r in rows]
-    prompt = np.array([r["prompt_tokens"] for r in rows])
-    completion = np.array([r["completion_tokens"] for r in rows])
-    tokens_ax.bar(labels, prompt, label="prompt")
-    tokens_ax.bar(labels, completion, bottom=prompt, label="completion")
-    tokens_ax.set_title(f"{run.name}: tokens per round", fontsize=10)
-    tokens_ax.set_xlabel("round")
-    tokens_ax.legend(fontsize=8)
-    calls_ax.bar(labels, [r["calls"] for r in rows], color="C2")
-    calls_ax.set_title("LLM calls per round", fontsize=10)
-    calls_ax.set_xlabel("round")
-    return fig
-
-
-def wall_by_round(run: RunData) -> Figure | None:
-    """Wall time of every round the summary recorded."""
-    rows = [r for r in run.round_rows() if r["wall_s"] is not None]
-    if not rows:
-        return None
-    fig, (ax,) = _figure(3.2)
-    ax.bar([str(r["round"]) for r in rows], [r["wall_s"] for r in rows], color="C4")
-    ax.set_xlabel("round")
-    ax.set_ylabel("wall time (s)")
-    ax.set_title(f"{run.name}: wall time per round")
-    return fig
-
-
-def groups_by_round(run: RunData) -> Figure | None:
-    """Group-level play: each group's report per round, the target, the winning group."""
-    rows = [r for r in run.round_rows() if r.get("groups")]
-    if not rows:
-        return None
-    fig, (ax,) = _figure(4.2)
-    x = [r["round"] for r in rows]
-    ids = sorted({g["group"] for r in rows for g in r["groups"]})
-    for gid in ids:
-        reports = [next((g["report"] for g in r["groups"] if g["group"] == gid), None)
-                   for r in rows]
-        ax.plot(x, [np.nan if v is None else v for v in reports], marker=".", linewidth=0.8,
-                alpha=0.7)
-    ax.plot(x, [np.nan if r["target"] is None else r["target"] for r in rows], color="black",
-            linestyle="--", marker="x", label="target")
-    ax.set_xticks(x)
-    ax.set_xlabel("round")
-    ax.set_ylabel("group report (mean of members)")
-    ax.legend(fontsize=8)
-    ax.set_title(f"{run.name}: {len(ids)} groups' reports per round")
+    fig, axes = _grid(len(columns))
+    schema = run.table(table).schema
+    for ax, column in zip(axes, columns, strict=True):
+        b = run.breakdown(table, column, by)
+        what = "share" if pa.types.is_boolean(schema.field(column).type) else "mean"
+        for i, value in enumerate(b.values):
+            ax.plot(b.steps, b.means[i], marker="o", markersize=3, linewidth=1,
+                    label=value, color=f"C{i % 10}")
+        ax.set_title(f"{what} {column}", fontsize=9)
+        _steps_axis(ax)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper right", fontsize=7, ncols=min(len(labels), 6),
+               title=by, title_fontsize=7)
+    fig.suptitle(f"{run.name}: {table} by {by}", x=0.07, ha="left")
     return fig
 
 
 # -- several runs -----------------------------------------------------------------------------
-def overlay_means(runs: Sequence[tuple[str, RunData]]) -> Figure | None:
-    """Mean per round of several runs, one line each."""
-    fig, (ax,) = _figure(4.2)
-    drawn = 0
-    for label, run in runs:
-        rows = [r for r in run.round_rows() if r["mean"] is not None]
-        if rows:
-            ax.plot([r["round"] for r in rows], [r["mean"] for r in rows], marker="o",
-                    label=label)
-            drawn += 1
-    if not drawn:
+def common_metrics(runs: Sequence[tuple[str, RunData]]) -> dict[str, list[str]]:
+    """The metric series every run has (and some run has a value of), by metric."""
+    if not runs:
+        return {}
+    names = list(runs[0][1].metrics())
+    for _, run in runs[1:]:
+        have = run.metrics()
+        names = [n for n in names if n in have]
+    names = [n for n in names if any(not np.isnan(r.metric(n)).all() for _, r in runs)]
+    return metric_groups(dict.fromkeys(names, np.empty(0)))
+
+
+def overlay_metric(runs: Sequence[tuple[str, RunData]], group: str) -> Figure | None:
+    """Metric ``group`` over steps for several runs: one line per run (per run and outer key
+    of a mapping metric, one panel per series or inner key)."""
+    names = common_metrics(runs).get(group)
+    if not names:
         return None
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("round")
-    ax.set_ylabel("mean number")
-    ax.legend(fontsize=8)
-    ax.set_title("mean per round")
+    panels = _panels(group, names)
+    fig, axes = _grid(min(len(panels), _MAX_PANELS), 3.4 if len(panels) == 1 else 2.6)
+    for ax, (title, lines) in zip(axes, panels.items(), strict=False):
+        for run_label, run in runs:
+            for label, name in lines:
+                ax.plot(run.metric_steps(), run.metric(name), marker="o", markersize=3,
+                        label=run_label if label is None else f"{run_label} {label}")
+        ax.set_title(title, fontsize=9)
+        _steps_axis(ax)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"{group} per step{_more(panels)}")
     return fig
 
 
-def overlay_final_histograms(runs: Sequence[tuple[str, RunData]]) -> Figure | None:
-    """The last round's distribution of several runs, as overlaid outlines."""
-    fig, (ax,) = _figure(4.2)
+def overlay_distribution(runs: Sequence[tuple[str, RunData]], name: str) -> Figure | None:
+    """Each run's last declared distribution ``name``, as shares of its values (outlines)."""
+    fig, (ax,) = _grid(1, 3.4)
     drawn = 0
     for label, run in runs:
-        rounds = run.round_numbers()
-        if rounds:
-            values = run.numbers(rounds[-1])
-            counts, edges = np.histogram(values, bins=_edges(run))
-            ax.stairs(counts, edges, linewidth=1.5, label=f"{label} (round {rounds[-1]})")
-            drawn += 1
+        per_step = run.distribution(name)
+        if not per_step:
+            continue
+        step = max(per_step)
+        d = per_step[step]
+        counts = np.asarray(d["counts"], dtype=np.float64)
+        ax.stairs(counts / max(counts.sum(), 1.0), d["edges"], linewidth=1.5,
+                  label=f"{label} (step {step})")
+        drawn += 1
     if not drawn:
         return None
-    ax.set_xlabel("number")
-    ax.set_ylabel("answers")
-    ax.legend(fontsize=8)
-    ax.set_title("last round's numbers")
+    ax.set_xlabel(name)
+    ax.set_ylabel("share")
+    ax.legend(fontsize=7)
+    fig.suptitle(f"last step's distribution of {name}")
     return fig
 
 
@@ -251,14 +214,15 @@ def _axis(values: list[Any]) -> tuple[list[float], list[str] | None]:
     return list(map(float, range(len(values)))), [show_value(v) for v in values]
 
 
-def sweep_metrics(points: Sequence[dict[str, Any]], key: str) -> Figure | None:
-    """Last-round mean and standard deviation against swept parameter ``key``.
-
-    ``points`` are ``sweep.json`` entries; with more than one swept key, one line per
-    combination of the other keys.
-    """
-    done = [p for p in points if p.get("final") and p["final"].get("mean") is not None]
-    if not done:
+def sweep_metrics(points: Sequence[dict[str, Any]], key: str, metrics: Sequence[str]
+                  ) -> Figure | None:
+    """The last step's value of each of ``metrics`` against swept parameter ``key``: one
+    panel per metric; with more than one swept key, one line per combination of the
+    others. ``points`` are ``sweep.json`` entries."""
+    done = [p for p in points if p.get("final")]
+    metrics = [m for m in metrics if any(isinstance(p["final"].get(m), int | float)
+                                         for p in done)][:_MAX_PANELS]
+    if not metrics:
         return None
     values = list(dict.fromkeys(p["values"][key] for p in points))
     xs, ticks = _axis(values)
@@ -267,18 +231,19 @@ def sweep_metrics(points: Sequence[dict[str, Any]], key: str) -> Figure | None:
     for p in done:
         rest = ", ".join(f"{k}={show_value(v)}" for k, v in p["values"].items() if k != key)
         lines.setdefault(rest, []).append(p)
-    fig, (mean_ax, std_ax) = _figure(3.8, 2)
-    for rest, members in lines.items():
-        members.sort(key=lambda p: where[repr(p["values"][key])])
-        x = [where[repr(p["values"][key])] for p in members]
-        mean_ax.plot(x, [p["final"]["mean"] for p in members], marker="o", label=rest or None)
-        std_ax.plot(x, [p["final"]["std"] for p in members], marker="o", label=rest or None)
-    for ax, what in ((mean_ax, "mean"), (std_ax, "standard deviation")):
-        ax.set_xlabel(key)
-        ax.set_ylabel(what)
-        ax.set_title(f"last round's {what} vs {key}", fontsize=10)
+    fig, axes = _grid(len(metrics))
+    for ax, metric in zip(axes, metrics, strict=True):
+        for rest, members in lines.items():
+            members.sort(key=lambda p: where[repr(p["values"][key])])
+            y = [p["final"].get(metric) for p in members]
+            ax.plot([where[repr(p["values"][key])] for p in members],
+                    [np.nan if v is None else float(v) for v in y], marker="o",
+                    markersize=3, label=rest or None)
+        ax.set_title(metric, fontsize=9)
+        ax.set_xlabel(key, fontsize=8)
         if ticks is not None:
             ax.set_xticks(xs, ticks)
-        if len(lines) > 1:
-            ax.legend(fontsize=7)
+    if len(lines) > 1:
+        axes[0].legend(fontsize=7)
+    fig.suptitle(f"last step's metrics against {key}")
     return fig

@@ -1,20 +1,22 @@
 """``populace report RUN_DIR``: PNG figures and one self-contained ``report.html``.
 
-For a run directory::
+For a run directory of any scenario::
 
-    RUN_DIR/figures/numbers_by_round.png   histogram of the numbers, one panel per round
-    RUN_DIR/figures/by_<column>.png        the same per education, profession, model, group …
-    RUN_DIR/figures/mean_by_round.png      mean ± sd, median and target per round
-    RUN_DIR/figures/groups_by_round.png    group-level play: each group's report per round
-    RUN_DIR/figures/invalid_by_round.png   share of invalid answers per round
-    RUN_DIR/figures/usage_by_round.png     tokens and LLM calls per round
-    RUN_DIR/figures/wall_by_round.png      wall time per round
+    RUN_DIR/figures/metric_NAME.png        each metric over steps (a mapping metric such as
+                                           usage: one panel per series)
+    RUN_DIR/figures/distribution_NAME.png  each declared distribution, in a few steps spread
+                                           over the run
+    RUN_DIR/figures/TABLE_by_COLUMN.png    per categorical profile column: the mean of every
+                                           per-agent numeric column of TABLE per category,
+                                           over every step
+    RUN_DIR/figures/NAME.png               the scenario's own figures (``extra_figures``)
     RUN_DIR/report.html                    all of it, images embedded as data URIs
 
-For a sweep (a directory with ``sweep.json``): ``sweep_<key>.png`` (last-round mean and sd
-against each swept key), the points' means per round and last-round distributions overlaid,
-and a report for every point directory. Partial runs (only ``parts/``, or a summary that
-says ``running``/``interrupted``) are reported as far as they got.
+For a sweep (a directory with ``sweep.json``): ``sweep_<key>.png`` (each metric's last value
+against each swept key), every common metric of the points overlaid, their last
+distributions overlaid, and a report for every point directory. Partial runs (only
+``parts/``, or a summary that says ``running``/``interrupted``) are reported as far as they
+got.
 """
 
 from __future__ import annotations
@@ -23,22 +25,30 @@ import base64
 import io
 import json
 import math
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import jinja2
-import numpy as np
 import yaml
 from rich import box
 from rich.table import Table
 
-from ._runs import RunData, load_run, show_value
+from ._runs import RunData, headline, load_run, show_value
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 DPI = 100
+#: Metric columns of a terminal table, at most (report.html has them all).
+TERMINAL_METRICS = 8
+#: Keys of a sweep point's ``final`` that describe the run rather than its last step.
+RUN_KEYS = ("step", "steps_done", "status", "calls", "tokens")
+
+#: ``extra_figures(run) -> {name: figure}``: a scenario's own figures for its report.
+ExtraFigures = Callable[[RunData], "dict[str, Figure]"]
 
 
 @dataclass(frozen=True)
@@ -52,43 +62,124 @@ class Report:
     points: tuple[Report, ...] = ()  # a sweep's per-point reports
 
 
-def _fmt(value: Any, spec: str = ".2f") -> str:
+def _fmt(value: Any) -> str:
+    """A cell: ``-`` for nothing, ``1,234`` for counts, 4 significant digits otherwise."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    if isinstance(value, int) and spec == ".2f":
+    if isinstance(value, bool):
+        return show_value(value)
+    if isinstance(value, int):
         return f"{value:,}"
-    return format(value, spec)
+    if isinstance(value, float):
+        if value.is_integer() and abs(value) < 1e15:
+            return f"{int(value):,}"
+        return f"{value:,.0f}" if abs(value) >= 1e3 else f"{value:.4g}"
+    return str(value)
 
 
-def run_figures(run: RunData) -> dict[str, Figure]:
-    """Every figure the run has data for, by name (the PNG's file stem)."""
+def _short(n: int) -> str:
+    """``1,234`` / ``235k`` / ``12.3M``: counts that fit a narrow terminal column."""
+    if n >= 10_000_000:
+        return f"{n / 1e6:.1f}M"
+    if n >= 100_000:
+        return f"{n / 1e3:.0f}k"
+    return f"{n:,}"
+
+
+def _count(n: int | None) -> str:
+    return "-" if n is None else _short(n)
+
+
+def figure_name(*parts: str) -> str:
+    """A figure's file stem from its parts: safe in a path and an HTML id."""
+    return "_".join(re.sub(r"[^A-Za-z0-9._=+-]+", "-", p).strip("-") or "x" for p in parts)
+
+
+# -- figures ------------------------------------------------------------------------------------
+def _captioned_run_figures(run: RunData, extra_figures: ExtraFigures | None
+                           ) -> dict[str, tuple[Figure, str]]:
     from . import _figures as f
 
-    figures: dict[str, Figure | None] = {
-        "numbers_by_round": f.round_histograms(run),
-        "mean_by_round": f.mean_by_round(run),
-    }
-    for column in run.categories():
-        figures[f"by_{column}"] = f.category_histograms(run, column)
-    figures["groups_by_round"] = f.groups_by_round(run)
-    figures["invalid_by_round"] = f.invalid_by_round(run)
-    figures["usage_by_round"] = f.usage_by_round(run)
-    figures["wall_by_round"] = f.wall_by_round(run)
-    return {name: fig for name, fig in figures.items() if fig is not None}
+    out: dict[str, tuple[Figure, str]] = {}
+
+    def add(name: str, fig: Figure | None, caption: str) -> None:
+        if fig is not None:
+            out[name] = (fig, caption)
+
+    for group in f.metric_groups(run.metrics()):
+        add(figure_name("metric", group), f.metric_figure(run, group),
+            f"Metric {group} per step.")
+    for name in run.distribution_names():
+        add(figure_name("distribution", name), f.distribution_figure(run, name),
+            f"Distribution of {name} in steps spread over the run (dashed: the mean).")
+    for table in run.tables:
+        for column in run.categories():
+            add(figure_name(table, "by", column), f.breakdown_figure(run, table, column),
+                f"Mean of each per-agent column of {table} by {column}, per step.")
+    if extra_figures is not None:
+        for name, fig in extra_figures(run).items():
+            out.pop(name, None)  # the scenario's own figure replaces a generic namesake
+            add(name, fig, fig.get_suptitle() or name)
+    return out
+
+
+def run_figures(run: RunData, extra_figures: ExtraFigures | None = None
+                ) -> dict[str, Figure]:
+    """Every figure the run has data for, by name (the PNG's file stem): its metrics, its
+    distributions, breakdowns by each profile category, and ``extra_figures(run)``."""
+    return {n: fig for n, (fig, _) in _captioned_run_figures(run, extra_figures).items()}
+
+
+def _point_metrics(points: list[dict[str, Any]]) -> list[str]:
+    """The numeric last-step metrics of the sweep points' ``final``, in order first seen."""
+    names: dict[str, None] = {}
+    for p in points:
+        for key, value in (p.get("final") or {}).items():
+            if key not in RUN_KEYS and isinstance(value, int | float):
+                names[key] = None
+    return list(names)
+
+
+def _captioned_sweep_figures(index: dict[str, Any], runs: list[tuple[str, RunData]]
+                             ) -> dict[str, tuple[Figure, str]]:
+    from . import _figures as f
+
+    out: dict[str, tuple[Figure, str]] = {}
+    metrics = _point_metrics(index["points"])
+    for key in index.get("keys") or []:
+        fig = f.sweep_metrics(index["points"], key, metrics)
+        if fig is not None:
+            out[figure_name("sweep", key)] = (fig, f"Each metric's last value against {key}.")
+    out.update(_overlays(runs, "sweep point"))
+    return out
+
+
+def _overlays(runs: list[tuple[str, RunData]], what: str) -> dict[str, tuple[Figure, str]]:
+    """Every common metric per step (when some run has several steps), one line per run,
+    and each distribution's last step, one outline per run."""
+    from . import _figures as f
+
+    out: dict[str, tuple[Figure, str]] = {}
+    if any(len(run.metric_steps()) > 1 for _, run in runs):
+        for group in f.common_metrics(runs):
+            fig = f.overlay_metric(runs, group)
+            if fig is not None:
+                out[figure_name("overlay", group)] = (fig, f"{group} per step of every {what}.")
+    names: dict[str, None] = {}
+    for _, run in runs:
+        names.update(dict.fromkeys(run.distribution_names()))
+    for name in names:
+        fig = f.overlay_distribution(runs, name)
+        if fig is not None:
+            out[figure_name("overlay", "distribution", name)] = (
+                fig, f"Last step's distribution of {name} of every {what} (share per bin).")
+    return out
 
 
 def sweep_figures(index: dict[str, Any], runs: list[tuple[str, RunData]]
                   ) -> dict[str, Figure]:
     """The figures of a sweep: metrics against each swept key, overlays of the points."""
-    from . import _figures as f
-
-    figures: dict[str, Figure | None] = {}
-    for key in index.get("keys") or []:
-        figures[f"sweep_{key}"] = f.sweep_metrics(index["points"], key)
-    if any(len(run.round_numbers()) > 1 for _, run in runs):
-        figures["sweep_mean_by_round"] = f.overlay_means(runs)
-    figures["sweep_last_round"] = f.overlay_final_histograms(runs)
-    return {name: fig for name, fig in figures.items() if fig is not None}
+    return {n: fig for n, (fig, _) in _captioned_sweep_figures(index, runs).items()}
 
 
 def _png(fig: Figure) -> bytes:
@@ -110,107 +201,99 @@ def save_figures(figures: dict[str, Figure], directory: Path) -> dict[str, tuple
 
 
 # -- tables ------------------------------------------------------------------------------------
-_ROUND_COLUMNS = ("round", "valid", "invalid %", "mean", "median", "std", "target", "winner",
-                  "LLM calls", "tokens", "wall s")
-_TERMINAL_COLUMNS = ("round", "valid", "inv %", "mean", "sd", "target", "winner", "calls",
-                     "tokens", "wall s")  # narrow enough for 80 columns
-
-
-def _short(n: int) -> str:
-    """``1,234`` / ``235k`` / ``12.3M``: counts that fit a narrow terminal column."""
-    if n >= 10_000_000:
-        return f"{n / 1e6:.1f}M"
-    if n >= 100_000:
-        return f"{n / 1e3:.0f}k"
-    return f"{n:,}"
-
-
 def terminal_table(title: str) -> Table:
     """A rich table without side borders: fits 80 columns where a boxed one would not."""
     return Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                  padding=(0, 1, 0, 0))
 
 
-def _round_cells(row: dict[str, Any]) -> list[str]:
-    invalid = row["invalid_rate"]
-    return [str(row["round"]), f"{row['n_valid']:,}/{row['n']:,}",
-            _fmt(None if invalid is None else 100 * invalid, ".1f"), _fmt(row["mean"]),
-            _fmt(row["median"]), _fmt(row["std"]), _fmt(row["target"]),
-            _fmt(row["winner_number"], "g"), f"{row['calls']:,}", f"{row['tokens']:,}",
-            _fmt(row["wall_s"])]
+def step_metrics(run: RunData) -> list[str]:
+    """The plain (number, text, bool) metrics of the run's steps, in order first reported,
+    ``wall_s`` last."""
+    names: dict[str, None] = {}
+    for entry in run.entries():
+        for key, value in entry.items():
+            if key not in ("step", "round", "distributions", "wall_s") and (
+                    value is None or isinstance(value, bool | int | float | str)):
+                names[key] = None
+    if any("wall_s" in e for e in run.entries()):
+        names["wall_s"] = None
+    return list(names)
 
 
-def _category_rows(run: RunData) -> dict[str, list[list[str]]]:
-    rounds = run.round_numbers()
-    out: dict[str, list[list[str]]] = {}
-    if not rounds:
-        return out
-    for column in run.categories():
-        rows = []
-        for value, numbers in run.numbers_by(column, rounds[-1]).items():
-            k = int(numbers.size)
-            rows.append([value, str(k), _fmt(float(numbers.mean()) if k else None),
-                         _fmt(float(np.median(numbers)) if k else None),
-                         _fmt(float(numbers.std()) if k else None)])
-        out[column] = rows
-    return out
+def _step_rows(run: RunData, metrics: list[str]) -> list[list[str]]:
+    return [[str(e["step"]), *(_fmt(e.get(m)) for m in metrics)] for e in run.entries()]
 
 
 def run_table(run: RunData) -> Table:
-    """The per-round table ``populace report`` prints."""
+    """Steps × metrics, what ``populace report`` prints (the first
+    :data:`TERMINAL_METRICS` metrics, and the wall time)."""
     agents = f"{run.agents:,} agents, " if run.agents is not None else ""
-    table = terminal_table(f"{run.name}: {agents}{', '.join(run.models)}, {run.status}")
-    for col in _TERMINAL_COLUMNS:
-        table.add_column(col, justify="right")
-    for row in run.round_rows():
-        cells = _round_cells(row)
-        cells[1] = f"{row['n_valid']:,}"
-        cells[8], cells[9] = _short(row["calls"]), _short(row["tokens"])
-        del cells[4]  # the median: in report.html
+    models = f"{', '.join(run.models)}, " if run.models else ""
+    table = terminal_table(f"{run.name}: {agents}{models}{run.status}")
+    metrics = step_metrics(run)
+    shown = [m for m in metrics if m != "wall_s"][:TERMINAL_METRICS]
+    if "wall_s" in metrics:
+        shown.append("wall_s")
+    if len(shown) < len(metrics):
+        table.caption = f"{len(metrics) - len(shown)} more metrics in report.html"
+    table.add_column("step", justify="right")
+    for m in shown:
+        table.add_column(m, justify="right", overflow="fold")
+    for cells in _step_rows(run, shown):
         table.add_row(*cells)
     return table
 
 
-def category_tables(run: RunData) -> list[Table]:
-    """Last-round statistics per value of each category column."""
-    tables = []
-    rounds = run.round_numbers()
-    for column, rows in _category_rows(run).items():
-        table = terminal_table(f"by {column}, round {rounds[-1]}")
-        for col in (column, "valid", "mean", "median", "std"):
-            table.add_column(col, justify="left" if col == column else "right")
-        for cells in rows:
-            table.add_row(*cells)
-        tables.append(table)
-    return tables
+def _breakdown_tables(run: RunData) -> list[dict[str, Any]]:
+    """Per table and profile category: the last step's rows and mean of each column."""
+    out = []
+    for table in run.tables:
+        columns = run.agent_columns(table)
+        if not columns:
+            continue
+        for by in run.categories():
+            parts = [run.breakdown(table, c, by) for c in columns]
+            if not parts[0].steps:
+                continue
+            step = parts[0].steps[-1]
+            rows = [[value, _fmt(int(parts[0].counts[i, -1])),
+                     *(_fmt(float(b.means[i, -1])) for b in parts)]
+                    for i, value in enumerate(parts[0].values)]
+            out.append({"title": f"{table} by {by} (step {step})",
+                        "head": (by, "rows", *(f"mean {c}" for c in columns)), "rows": rows})
+    return out
 
 
-_POINT_COLUMNS = ("point", "status", "rounds", "mean", "std", "target", "winner", "LLM calls",
-                  "tokens", "wall s")
-
-
-def _point_cells(point: dict[str, Any]) -> list[str]:
+def _point_cells(point: dict[str, Any], metrics: list[str], usage: bool) -> list[str]:
     final = point.get("final") or {}
-    return [point["dir"], point["status"], str(final.get("rounds_done", "-")),
-            _fmt(final.get("mean")), _fmt(final.get("std")), _fmt(final.get("target")),
-            _fmt(final.get("winner_number"), "g"), f"{final.get('calls', 0):,}",
-            f"{final.get('tokens', 0):,}", _fmt(point.get("wall_s"))]
+    return [point["dir"], point["status"], _fmt(final.get("steps_done")),
+            *(_fmt(final.get(m)) for m in metrics),
+            *((_fmt(final.get("calls")), _fmt(final.get("tokens"))) if usage else ()),
+            _fmt(point.get("wall_s"))]
 
 
 def sweep_table(index: dict[str, Any]) -> Table:
-    """One row per sweep point: its values, status and last-round statistics."""
+    """One row per sweep point: its values, status, steps done and the final value of
+    each metric (the first :data:`TERMINAL_METRICS` of them)."""
     table = terminal_table(f"sweep {index.get('name', '')}: {len(index['points'])} points, "
                            f"{index.get('status', 'unknown')}")
     keys = list(index.get("keys") or [])
-    for col in (*keys, "status", "mean", "sd", "target", "winner", "calls", "tokens"):
-        table.add_column(col, justify="left" if col in (*keys, "status") else "right")
+    metrics = _point_metrics(index["points"])
+    shown = metrics[:TERMINAL_METRICS]
+    if len(shown) < len(metrics):
+        table.caption = f"{len(metrics) - len(shown)} more metrics in report.html"
+    usage = any("calls" in (p.get("final") or {}) for p in index["points"])
+    for col in (*keys, "status", "steps", *shown, *(("calls", "tokens") if usage else ())):
+        table.add_column(col, justify="left" if col in (*keys, "status") else "right",
+                         overflow="fold")
     for point in index["points"]:
         final = point.get("final") or {}
-        values = [show_value(point["values"].get(k)) for k in keys]
-        table.add_row(*values, point["status"], _fmt(final.get("mean")),
-                      _fmt(final.get("std")), _fmt(final.get("target")),
-                      _fmt(final.get("winner_number"), "g"), _short(final.get("calls", 0)),
-                      _short(final.get("tokens", 0)))
+        cells = [*(show_value(point["values"].get(k)) for k in keys), point["status"],
+                 _fmt(final.get("steps_done")), *(_fmt(final.get(m)) for m in shown)]
+        if usage:
+            cells += [_count(final.get("calls")), _count(final.get("tokens"))]
+        table.add_row(*cells)
     return table
 
 
@@ -255,69 +338,48 @@ href="{{ cell.href }}">{{ cell.text }}</a>{% else %}{{ cell }}{% endif %}</td>{%
 </body></html>
 """)
 
-CAPTIONS = {
-    "numbers_by_round": "Numbers reported in each round (dashed: the mean).",
-    "mean_by_round": "Mean (band: ± one standard deviation), median and target per round.",
-    "groups_by_round": "Group-level play: each group's report (its members' mean) per round.",
-    "invalid_by_round": "Share of answers that gave no valid number, per round.",
-    "usage_by_round": "Prompt and completion tokens, and LLM calls, per round.",
-    "wall_by_round": "Wall-clock time of each round.",
-    "sweep_mean_by_round": "Mean per round of every sweep point.",
-    "overlay_mean_by_round": "Mean per round of every run.",
-    "overlay_last_round": "Distribution of each run's last-round numbers.",
-    "sweep_last_round": "Distribution of the last round's numbers of every sweep point.",
-}
-
-
-def _caption(name: str) -> str:
-    if name in CAPTIONS:
-        return CAPTIONS[name]
-    if name.startswith("by_"):
-        return f"Numbers of the last round by {name[3:]} (dashed: each panel's mean)."
-    if name.startswith("sweep_"):
-        return f"Last round's mean and standard deviation against {name[6:]}."
-    return name
-
-
 def _html(path: Path, title: str, meta: str, warning: str | None,
           tables: list[dict[str, Any]], saved: dict[str, tuple[Path, str]],
-          config: str | None) -> None:
-    figures = [{"name": n, "data": data, "caption": _caption(n)}
+          captions: dict[str, str], config: str | None) -> None:
+    figures = [{"name": n, "data": data, "caption": captions.get(n, n)}
                for n, (_, data) in saved.items()]
     text = _PAGE.render(title=title, style=STYLE, meta=meta, warning=warning, tables=tables,
                         figures=figures, config=config)
     path.write_text(text, encoding="utf-8")
 
 
-def _run_report(run: RunData) -> Report:
-    figures = run_figures(run)
-    saved = save_figures(figures, run.path / "figures")
-    rounds = run.round_numbers()
-    planned = (run.summary or {}).get("rounds_planned", run.config.get("rounds"))
-    meta = (f"status {run.status} · {_fmt(run.agents)} agents · rounds {len(rounds)}"
+def _save(figures: dict[str, tuple[Figure, str]], directory: Path
+          ) -> tuple[dict[str, tuple[Path, str]], dict[str, str]]:
+    saved = save_figures({n: fig for n, (fig, _) in figures.items()}, directory)
+    for fig, _ in figures.values():
+        fig.clear()
+    return saved, {n: caption for n, (_, caption) in figures.items()}
+
+
+def _run_report(run: RunData, extra_figures: ExtraFigures | None) -> Report:
+    saved, captions = _save(_captioned_run_figures(run, extra_figures), run.path / "figures")
+    steps = run.steps()
+    planned = run.steps_planned
+    meta = (f"status {run.status} · {_fmt(run.agents)} agents · steps {len(steps)}"
             f"{f' of {planned}' if planned else ''} · models {', '.join(run.models) or '-'}"
-            f" · seed {run.config.get('seed', '-')}"
+            f"{f' · scenario {run.scenario}' if run.scenario else ''}"
+            f" · seed {_fmt(run.seed)}"
             f" · wall time {_fmt((run.summary or {}).get('wall_s'))} s")
     warning = None
     if run.status != "completed":
-        warning = (f"This run is {run.status}: the report shows the {len(rounds)} round(s) "
+        warning = (f"This run is {run.status}: the report shows the {len(steps)} step(s) "
                    "that finished.")
-    tables = [{"title": "Per round", "head": _ROUND_COLUMNS,
-               "rows": [_round_cells(r) for r in run.round_rows()]}]
-    for column, rows in _category_rows(run).items():
-        tables.append({"title": f"By {column} (round {rounds[-1]})",
-                       "head": (column, "valid", "mean", "median", "std"), "rows": rows})
+    metrics = step_metrics(run)
+    tables = [{"title": "Per step", "head": ("step", *metrics),
+               "rows": _step_rows(run, metrics)}, *_breakdown_tables(run)]
     config = yaml.safe_dump(run.config, sort_keys=False, allow_unicode=True) \
         if run.config else None
     path = run.path / "report.html"
-    _html(path, f"{run.name}", meta, warning, tables, saved, config)
-    for fig in figures.values():
-        fig.clear()
-    return Report(path, {n: p for n, (p, _) in saved.items()}, "run",
-                  (run_table(run), *category_tables(run)))
+    _html(path, f"{run.name}", meta, warning, tables, saved, captions, config)
+    return Report(path, {n: p for n, (p, _) in saved.items()}, "run", (run_table(run),))
 
 
-def _sweep_report(root: Path, points: bool) -> Report:
+def _sweep_report(root: Path, points: bool, extra_figures: ExtraFigures | None) -> Report:
     index = json.loads((root / "sweep.json").read_text())
     runs: list[tuple[str, RunData]] = []
     point_reports = []
@@ -330,39 +392,51 @@ def _sweep_report(root: Path, points: bool) -> Report:
         except FileNotFoundError:
             continue
         runs.append((point["dir"], run))
-        if points and run.responses is not None:
-            point_reports.append(_run_report(run))
-    figures = sweep_figures(index, runs)
-    saved = save_figures(figures, root / "figures")
+        if points and run.steps():
+            point_reports.append(_run_report(run, extra_figures))
+    saved, captions = _save(_captioned_sweep_figures(index, runs), root / "figures")
+    metrics = _point_metrics(index["points"])
+    usage = any("calls" in (p.get("final") or {}) for p in index["points"])
     rows = []
     for point in index["points"]:
-        cells: list[Any] = _point_cells(point)
+        if point.get("final") is None and (root / point["dir"]).is_dir():
+            try:  # a point whose index entry was never written: from its own summary
+                point = {**point, "final": headline(load_run(root / point["dir"]).summary
+                                                    or {})}
+            except FileNotFoundError:
+                pass
+        cells: list[Any] = _point_cells(point, metrics, usage)
         if (root / point["dir"] / "report.html").exists():
             cells[0] = {"href": f"{point['dir']}/report.html", "text": point["dir"]}
         rows.append(cells)
     meta = (f"status {index.get('status', 'unknown')} · {len(index['points'])} points over "
             f"{', '.join(index.get('keys') or [])} · config {index.get('config', '-')}")
-    tables = [{"title": "Points", "head": _POINT_COLUMNS, "rows": rows}]
+    tables = [{"title": "Points (last step of each)",
+               "head": ("point", "status", "steps", *metrics,
+                        *(("LLM calls", "tokens") if usage else ()), "wall s"),
+               "rows": rows}]
     config_path = root / "sweep.yaml"
     config = config_path.read_text(encoding="utf-8") if config_path.exists() else None
     path = root / "report.html"
-    _html(path, f"sweep {index.get('name', root.name)}", meta, None, tables, saved, config)
-    for fig in figures.values():
-        fig.clear()
+    _html(path, f"sweep {index.get('name', root.name)}", meta, None, tables, saved, captions,
+          config)
     return Report(path, {n: p for n, (p, _) in saved.items()}, "sweep", (sweep_table(index),),
                   tuple(point_reports))
 
 
-def write_report(run_dir: str | Path, *, points: bool = True) -> Report:
+def write_report(run_dir: str | Path, *, points: bool = True,
+                 extra_figures: ExtraFigures | None = None) -> Report:
     """Write the figures and ``report.html`` of a run or sweep directory.
 
-    ``points``: for a sweep, also report every point directory. Raises FileNotFoundError
-    when ``run_dir`` holds neither a run nor a sweep.
+    ``points``: for a sweep, also report every point directory. ``extra_figures(run)``
+    adds a scenario's own figures (``Scenario.figures``) to every run's report; one named
+    like a generic figure replaces it. Raises FileNotFoundError when ``run_dir`` holds
+    neither a run nor a sweep.
 
     >>> report = write_report("runs/demo")  # doctest: +SKIP
     >>> report.path, sorted(report.figures)  # doctest: +SKIP
     """
     root = Path(run_dir)
     if (root / "sweep.json").exists():
-        return _sweep_report(root, points)
-    return _run_report(load_run(root))
+        return _sweep_report(root, points, extra_figures)
+    return _run_report(load_run(root), extra_figures)

@@ -1,15 +1,18 @@
-"""The run directory: everything a run produces, written as it is produced.
+"""The run directory: everything a run produces, written as it is produced, and read back.
 
 Layout::
 
-    RUN_DIR/config.yaml            the fully resolved config
-    RUN_DIR/profiles.parquet       one row per agent
-    RUN_DIR/parts/NAME-r00001.parquet   one file per table per round, written atomically
-    RUN_DIR/NAME.parquet           all rounds of a table, consolidated when the run ends
-    RUN_DIR/summary.json           per-round statistics, rewritten after every round
+    RUN_DIR/config.yaml                 the fully resolved run file
+    RUN_DIR/profiles.parquet            one row per agent (agent_id + profile columns)
+    RUN_DIR/parts/TABLE-r00001.parquet  one file per table per step, written atomically
+    RUN_DIR/partial/TABLE-r00004.parquet  rows of a step still in progress
+    RUN_DIR/TABLE.parquet               all steps of a table, consolidated when the run ends
+    RUN_DIR/summary.json                per-step metrics, rewritten after every step
 
-Round files make results durable as soon as a round finishes: a crash in round 3 keeps
-rounds 1-2, and :func:`read_table` reads them whether or not consolidation happened.
+Step files make results durable as soon as a step finishes: a crash in step 3 keeps steps
+1-2, and :func:`read_table` reads them whether or not consolidation happened.
+:class:`RunDirectory` is the only code that knows these paths; everything else reads through
+it (or the ``read_*`` functions).
 """
 
 from __future__ import annotations
@@ -49,8 +52,30 @@ def _write_parquet(path: Path, table: pa.Table) -> None:
     os.replace(tmp, path)
 
 
+#: Parquet files at the top of a run directory that are not per-step tables.
+_NOT_TABLES = frozenset({"profiles", "backgrounds"})
+
+
+def _step_of(part: Path) -> int:
+    return int(part.stem.rsplit("-r", 1)[1])
+
+
+def _table_of(part: Path) -> str:
+    return part.stem.rsplit("-r", 1)[0]
+
+
+def _parts(directory: Path, name: str) -> list[Path]:
+    """The step files of table ``name`` in ``directory``, in step order."""
+    found = [p for p in directory.glob(f"{name}-r*.parquet") if _table_of(p) == name]
+    return sorted(found, key=_step_of)
+
+
 class RunDirectory:
-    """Writes one run's outputs under ``path``."""
+    """Writes one run's outputs under ``path``, and reads them back (finished or partial).
+
+    >>> rd = RunDirectory("runs/demo")                       # doctest: +SKIP
+    >>> rd.table_names(), rd.read_table("votes").num_rows  # doctest: +SKIP
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -58,58 +83,105 @@ class RunDirectory:
     @classmethod
     def create(cls, path: str | Path) -> RunDirectory:
         """Make a new run directory; refuses one that already holds a run."""
-        p = Path(path)
-        if (p / "summary.json").exists() or (p / "parts").exists():
-            raise FileExistsError(f"{p} already holds a run; choose another output directory")
-        p.mkdir(parents=True, exist_ok=True)
-        return cls(p)
+        made = cls(path)
+        if made.holds_run():
+            raise FileExistsError(f"{made.path} already holds a run; choose another output "
+                                  "directory")
+        made.path.mkdir(parents=True, exist_ok=True)
+        return made
+
+    def holds_run(self) -> bool:
+        """Whether a run has written here (a summary, or step files)."""
+        return (self.path / "summary.json").exists() or (self.path / "parts").exists()
+
+    @property
+    def config_path(self) -> Path:
+        """``config.yaml``: the resolved run file, which ``--resume`` reads back."""
+        return self.path / "config.yaml"
 
     def write_config(self, config: dict[str, Any]) -> None:
         text = yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
-        atomic_write(self.path / "config.yaml", text.encode())
+        atomic_write(self.config_path, text.encode())
 
     def write_profiles(self, table: pa.Table) -> None:
         _write_parquet(self.path / "profiles.parquet", table)
 
-    def write_round(self, name: str, round_no: int, table: pa.Table) -> Path:
-        """Persist one round of table ``name``; durable once this returns."""
-        path = self.path / "parts" / f"{name}-r{round_no:05d}.parquet"
+    def write_round(self, name: str, step: int, table: pa.Table) -> Path:
+        """Persist step ``step`` of table ``name``; durable once this returns."""
+        path = self.path / "parts" / f"{name}-r{step:05d}.parquet"
         _write_parquet(path, table)
         return path
 
-    def write_partial(self, name: str, round_no: int, table: pa.Table) -> Path:
-        """Persist the rows of a round still in progress (replaced by each call, removed by
-        :meth:`clear_partial` once the round is written whole)."""
-        path = self.path / "partial" / f"{name}-r{round_no:05d}.parquet"
+    def write_partial(self, name: str, step: int, table: pa.Table) -> Path:
+        """Persist the rows of a step still in progress (replaced by each call, removed by
+        :meth:`clear_partial` once the step is written whole)."""
+        path = self.path / "partial" / f"{name}-r{step:05d}.parquet"
         _write_parquet(path, table)
         return path
 
     def clear_partial(self, name: str) -> None:
-        for part in (self.path / "partial").glob(f"{name}-r*.parquet"):
+        for part in _parts(self.path / "partial", name):
             part.unlink(missing_ok=True)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         atomic_write(self.path / "summary.json",
                      (json.dumps(summary, indent=2, allow_nan=False) + "\n").encode())
 
+    def partial_tables(self) -> list[str]:
+        """The tables with rows saved from a step still in progress."""
+        return sorted({p.stem.rsplit("-r", 1)[0]
+                       for p in (self.path / "partial").glob("*-r*.parquet")})
+
     def read_summary(self) -> dict[str, Any]:
+        """``summary.json``; FileNotFoundError when absent, ValueError when unreadable."""
         return read_summary(self.path)
 
+    def read_config(self) -> dict[str, Any]:
+        """``config.yaml`` as a mapping; empty when absent or unreadable."""
+        try:
+            data = yaml.safe_load(self.config_path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def read_profiles(self) -> pa.Table | None:
+        """``profiles.parquet`` (``agent_id`` and profile columns), None when absent."""
+        path = self.path / "profiles.parquet"
+        return pq.read_table(path) if path.exists() else None
+
+    def table_names(self) -> list[str]:
+        """The per-step tables of the run, sorted: those the summary lists and those with
+        step files (a partial run's summary may lag); for a directory with neither, its
+        consolidated ``TABLE.parquet`` files."""
+        names = {_table_of(p) for p in (self.path / "parts").glob("*-r*.parquet")}
+        try:
+            listed = self.read_summary().get("tables") or []
+        except (OSError, ValueError):
+            listed = []
+        names |= {str(n) for n in listed}
+        if not names:
+            names = {p.stem for p in self.path.glob("*.parquet")
+                     if p.stem not in _NOT_TABLES}
+        return sorted(names)
+
+    def read_table(self, name: str | None = None) -> pa.Table:
+        """Table ``name`` (default: the run's only table); see :func:`read_table`."""
+        return read_table(self.path, name)
+
     def part_steps(self, name: str) -> list[int]:
-        """The steps (rounds) of table ``name`` written so far, in order."""
-        return sorted(int(p.stem.rsplit("r", 1)[1])
-                      for p in (self.path / "parts").glob(f"{name}-r*.parquet"))
+        """The steps of table ``name`` written so far, in order."""
+        return [_step_of(p) for p in _parts(self.path / "parts", name)]
 
     def drop_steps_after(self, step: int) -> None:
         """Forget every table's rows after ``step`` (a resumed run plays them again)."""
         for part in (self.path / "parts").glob("*-r*.parquet"):
-            if int(part.stem.rsplit("r", 1)[1]) > step:
+            if _step_of(part) > step:
                 part.unlink()
-                (self.path / f"{part.stem.rsplit('-r', 1)[0]}.parquet").unlink(missing_ok=True)
+                (self.path / f"{_table_of(part)}.parquet").unlink(missing_ok=True)
 
     def consolidate(self, name: str) -> Path | None:
-        """Join the round files of ``name`` into ``NAME.parquet`` (None if no rounds)."""
-        parts = sorted((self.path / "parts").glob(f"{name}-r*.parquet"))
+        """Join the step files of ``name`` into ``NAME.parquet`` (None if no steps)."""
+        parts = _parts(self.path / "parts", name)
         if not parts:
             return None
         out = self.path / f"{name}.parquet"
@@ -122,26 +194,54 @@ class RunDirectory:
         return out
 
 
-def read_table(run_dir: str | Path, name: str = "responses") -> pa.Table:
-    """Table ``name`` of a run: the consolidated file, or the round files of a partial run."""
+def _only_table(run_dir: Path) -> str:
+    names = RunDirectory(run_dir).table_names()
+    if not names:
+        raise FileNotFoundError(f"{run_dir} has no tables (no parts/TABLE-rNNNNN.parquet and "
+                                "no TABLE.parquet)")
+    if len(names) > 1:
+        raise ValueError(f"{run_dir} has {len(names)} tables ({', '.join(names)}): name one")
+    return names[0]
+
+
+def read_table(run_dir: str | Path, name: str | None = None) -> pa.Table:
+    """Table ``name`` of a run: the consolidated file, or the step files of a partial run.
+    Without ``name``, the run's only table (ValueError when it has several).
+
+    >>> read_table("runs/demo", "votes").num_rows  # doctest: +SKIP
+    """
     d = Path(run_dir)
+    if name is None:
+        name = _only_table(d)
     whole = d / f"{name}.parquet"
     if whole.exists():
         return pq.read_table(whole)
-    parts = sorted((d / "parts").glob(f"{name}-r*.parquet"))
+    parts = _parts(d / "parts", name)
     if not parts:
-        raise FileNotFoundError(f"{d} has no {name}.parquet and no round files of it")
+        raise FileNotFoundError(f"{d} has no {name}.parquet and no step files of it")
     return pa.concat_tables(pq.read_table(p) for p in parts)
 
 
-def read_partial(run_dir: str | Path, name: str = "responses") -> tuple[int, pa.Table] | None:
-    """``(round, rows)`` saved from a round that was still in progress, if any."""
-    parts = sorted((Path(run_dir) / "partial").glob(f"{name}-r*.parquet"))
+def read_partial(run_dir: str | Path, name: str | None = None
+                 ) -> tuple[int, pa.Table] | None:
+    """``(step, rows)`` saved from a step that was still in progress, if any. Without
+    ``name``: the only table with such rows (ValueError when several have)."""
+    d = Path(run_dir) / "partial"
+    if name is None:
+        names = sorted({_table_of(p) for p in d.glob("*-r*.parquet")})
+        if len(names) > 1:
+            raise ValueError(f"{d} holds rows of {len(names)} tables ({', '.join(names)}): "
+                             "name one")
+        if not names:
+            return None
+        name = names[0]
+    parts = _parts(d, name)
     if not parts:
         return None
-    return int(parts[-1].stem.rsplit("r", 1)[1]), pq.read_table(parts[-1])
+    return _step_of(parts[-1]), pq.read_table(parts[-1])
 
 
 def read_summary(run_dir: str | Path) -> dict[str, Any]:
+    """``RUN_DIR/summary.json``; FileNotFoundError when absent, ValueError when unreadable."""
     summary: dict[str, Any] = json.loads((Path(run_dir) / "summary.json").read_text())
     return summary

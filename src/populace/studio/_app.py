@@ -30,7 +30,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 
 import populace
-from populace.results import run_snapshot
+from populace.results import RunSnapshot, run_snapshot
 
 from ._agents import AgentBrowser, AgentQueryError, UnknownAgent
 from ._runs import NotFound, Refused, Runs
@@ -88,7 +88,7 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
     async def unknown(_: Request, e: UnknownAgent) -> JSONResponse:
         return JSONResponse({"error": str(e)}, status_code=404)
 
-    def view(run_id: str) -> Any:  # a RunSnapshot (not exported by populace.results yet)
+    def view(run_id: str) -> RunSnapshot:
         live = runs.live(run_id)
         return live.monitor.snapshot() if live is not None else run_snapshot(runs.path(run_id))
 

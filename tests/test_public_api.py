@@ -1,0 +1,85 @@
+"""Every package's public API, pinned exactly: a name added or dropped is a decision made
+here, not an accident. And no module reaches into another package's private modules."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import types
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "populace"
+
+API: dict[str, set[str]] = {
+    "populace.core": {
+        "Agent", "AgentGroup", "AgentHandle", "Backend", "CallTimeout", "ConfigError",
+        "LocalBackend", "Memory", "ModelError", "Msg", "PerWorker", "Placeholder",
+        "PlaceholderSet", "PopulaceError", "Profile", "ServiceHandle", "ServiceLost",
+        "SharedTimers", "Signal", "Simulation", "SimulationClosed", "SimulationStats",
+        "UnobservedFailureWarning", "WorkerLost", "WorkerStats", "derive_seed", "gather",
+        "make_backend", "mix64", "seed_for", "ship_by_value", "unit_float", "wait"},
+    "populace.environment": {
+        "ClientStats", "DuplicateKeyError", "Env", "EnvClient", "EnvError", "EnvEvent",
+        "EnvServedError", "EnvService", "EnvStats", "EnvVerbs", "EventKind", "ListenerError",
+        "Map2D", "MapStats", "Op", "OpKind", "RemoteEnvService", "Reply", "ServiceClosed",
+        "ServiceStats", "Subscription", "TimeStep", "Timeline", "UnknownKeyError", "Watch",
+        "serve"},
+    "populace.llm": {
+        "ChatMessage", "Completion", "DummyConfig", "DummyModel", "EndpointPool",
+        "EndpointStats", "Lease", "ModelClient", "ModelConfig", "ModelSet", "ModelStats",
+        "OpenAIConfig", "OpenAIModel", "RecordingModel", "ReplayModel", "ScriptedConfig",
+        "ScriptedModel", "ScriptedParams", "ServerOptions", "build_model", "create_app",
+        "preflight", "request_key", "running_server", "scripted_reply", "serve"},
+    "populace.population": {
+        "AspectConfig", "BackgroundConfig", "BackgroundResult", "DEFAULT_META_PROMPT",
+        "DEFAULT_SYSTEM_PROMPT", "GroupsConfig", "PopulationConfig", "TEMPLATES",
+        "diversity_report", "generate_backgrounds", "largest_remainder",
+        "load_population_config", "sample_population"},
+    "populace.launch": {
+        "COMMON_OPTIONS", "ConsoleObserver", "ENTRY_POINTS", "MAX_RECOVERIES", "Measure",
+        "Observer", "Rows", "Run", "RunFile", "RunOptions", "STATUSES", "Scenario",
+        "ScenarioFailed", "ScenarioSettings", "StepAbandoned", "Terminated", "as_numbers",
+        "launch", "load_run_file", "parse_run_file", "resolve_scenario",
+        "run_until_signalled", "scenario_of", "where"},
+    "populace.results": {
+        "Breakdown", "CheckpointError", "Comparison", "Report", "RunData", "RunDirectory",
+        "RunMonitor", "RunSnapshot", "atomic_write", "headline", "latest_checkpoint",
+        "load_run", "read_checkpoint", "read_partial", "read_summary", "read_table",
+        "run_snapshot", "sweep_table", "write_checkpoint", "write_comparison",
+        "write_report"},
+    "populace.scenarios.guess_number": {
+        "DEFAULT_PROMPT", "GameConfig", "GroupScores", "Guess", "GuessNumber",
+        "PROMPT_FIELDS", "Participant", "RESPONSE_SCHEMA", "Reporter", "RoundOutcome",
+        "Rules", "RunConfig", "SilentReporter", "Timings", "parse_number", "parse_ratio",
+        "play", "score_groups", "score_round"},
+    "populace.studio": {
+        "AgentBrowser", "AgentQueryError", "LiveRun", "NotFound", "Refused", "Runs",
+        "StudioServer", "UnknownAgent", "create_app", "is_loopback", "new_token"},
+}
+
+
+def public_names(module: types.ModuleType) -> set[str]:
+    return {name for name, value in vars(module).items()
+            if not name.startswith("_") and not isinstance(value, types.ModuleType)}
+
+
+@pytest.mark.parametrize("name", sorted(API))
+def test_the_public_api_is_exactly_this(name: str) -> None:
+    module = importlib.import_module(name)
+    listed = list(module.__all__)
+    assert len(listed) == len(set(listed)), "duplicates in __all__"
+    assert set(listed) == API[name]
+    assert public_names(module) == API[name]
+
+
+def test_no_module_imports_another_packages_private_modules() -> None:
+    private = re.compile(r"^\s*(?:from|import)\s+populace\.(\w+)((?:\.\w+)*)\._\w+", re.M)
+    offenders = []
+    for path in SRC.rglob("*.py"):
+        package = path.relative_to(SRC).parts[0]
+        for m in private.finditer(path.read_text()):
+            if m.group(1) != package.removesuffix(".py"):
+                offenders.append(f"{path.relative_to(SRC)}: {m.group(0).strip()}")
+    assert offenders == []
