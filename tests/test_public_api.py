@@ -46,7 +46,7 @@ API: dict[str, set[str]] = {
     "populace.results": {
         "Breakdown", "CheckpointError", "Comparison", "Report", "RunData", "RunDirectory",
         "RunMonitor", "RunSnapshot", "atomic_write", "headline", "latest_checkpoint",
-        "load_run", "read_checkpoint", "read_partial", "read_summary", "read_table",
+        "load_run", "panel_grid", "read_checkpoint", "read_partial", "read_summary", "read_table",
         "run_snapshot", "sweep_table", "write_checkpoint", "write_comparison",
         "write_report"},
     "populace.scenarios.guess_number": {

@@ -16,6 +16,7 @@ from ._checkpoint import (
     write_checkpoint,
 )
 from ._compare import Comparison, write_comparison
+from ._grid import panel_grid
 from ._monitor import RunMonitor, RunSnapshot, run_snapshot
 from ._report import Report, sweep_table, write_report
 from ._rundir import RunDirectory, atomic_write, read_partial, read_summary, read_table
@@ -34,6 +35,7 @@ __all__ = [
     "headline",
     "latest_checkpoint",
     "load_run",
+    "panel_grid",
     "read_checkpoint",
     "read_partial",
     "read_summary",

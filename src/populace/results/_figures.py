@@ -8,7 +8,6 @@ drawn by their names.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,28 +17,11 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from ._grid import panel_grid
 from ._runs import RunData, show_value
 
-_WIDTH = 10.0  # inches; PNGs are saved at 100 dpi
 _MAX_PANELS = 12  # panels of one figure, at most
 _MAX_STEPS = 6  # steps shown of a distribution: first and last included, evenly spread
-
-
-def _grid(n: int, height: float = 2.4) -> tuple[Figure, list[Axes]]:
-    """``n`` axes in rows of up to 3 (5 past 6 panels). Margins are set by hand:
-    matplotlib's automatic layouts would double the time a report takes."""
-    ncols = max(1, min(n, 3 if n <= 6 else 5))
-    nrows = math.ceil(n / ncols)
-    total = 1.4 + height * nrows
-    fig = Figure(figsize=(_WIDTH, total))
-    fig.subplots_adjust(left=0.07, right=0.99, bottom=0.55 / total, top=1 - 0.95 / total,
-                        hspace=0.75, wspace=0.28)
-    axes = fig.subplots(nrows, ncols, squeeze=False).ravel().tolist()
-    for ax in axes[n:]:
-        fig.delaxes(ax)
-    for ax in axes[:n]:
-        ax.tick_params(labelsize=8)
-    return fig, axes[:n]
 
 
 def _spread(steps: Sequence[int], most: int = _MAX_STEPS) -> list[int]:
@@ -93,7 +75,7 @@ def metric_figure(run: RunData, group: str) -> Figure | None:
         return None
     steps = run.metric_steps()
     panels = _panels(group, names)
-    fig, axes = _grid(min(len(panels), _MAX_PANELS), 3.0 if len(panels) == 1 else 2.4)
+    fig, axes = panel_grid(min(len(panels), _MAX_PANELS), 3.0 if len(panels) == 1 else 2.4)
     for ax, (title, lines) in zip(axes, panels.items(), strict=False):
         for label, name in lines:
             ax.plot(steps, series[name], marker="o", markersize=3, label=label)
@@ -112,7 +94,7 @@ def distribution_figure(run: RunData, name: str) -> Figure | None:
     shown = _spread(sorted(per_step))
     if not shown:
         return None
-    fig, axes = _grid(len(shown))
+    fig, axes = panel_grid(len(shown))
     for ax, step in zip(axes, shown, strict=True):
         d = per_step[step]
         ax.stairs(d["counts"], d["edges"], fill=True)
@@ -134,7 +116,7 @@ def breakdown_figure(run: RunData, table: str, by: str) -> Figure | None:
     columns = run.agent_columns(table)[:_MAX_PANELS]
     if not columns:
         return None
-    fig, axes = _grid(len(columns))
+    fig, axes = panel_grid(len(columns))
     schema = run.table(table).schema
     for ax, column in zip(axes, columns, strict=True):
         b = run.breakdown(table, column, by)
@@ -171,7 +153,7 @@ def overlay_metric(runs: Sequence[tuple[str, RunData]], group: str) -> Figure | 
     if not names:
         return None
     panels = _panels(group, names)
-    fig, axes = _grid(min(len(panels), _MAX_PANELS), 3.4 if len(panels) == 1 else 2.6)
+    fig, axes = panel_grid(min(len(panels), _MAX_PANELS), 3.4 if len(panels) == 1 else 2.6)
     for ax, (title, lines) in zip(axes, panels.items(), strict=False):
         for run_label, run in runs:
             for label, name in lines:
@@ -186,7 +168,7 @@ def overlay_metric(runs: Sequence[tuple[str, RunData]], group: str) -> Figure | 
 
 def overlay_distribution(runs: Sequence[tuple[str, RunData]], name: str) -> Figure | None:
     """Each run's last declared distribution ``name``, as shares of its values (outlines)."""
-    fig, (ax,) = _grid(1, 3.4)
+    fig, (ax,) = panel_grid(1, 3.4)
     drawn = 0
     for label, run in runs:
         per_step = run.distribution(name)
@@ -231,7 +213,7 @@ def sweep_metrics(points: Sequence[dict[str, Any]], key: str, metrics: Sequence[
     for p in done:
         rest = ", ".join(f"{k}={show_value(v)}" for k, v in p["values"].items() if k != key)
         lines.setdefault(rest, []).append(p)
-    fig, axes = _grid(len(metrics))
+    fig, axes = panel_grid(len(metrics))
     for ax, metric in zip(axes, metrics, strict=True):
         for rest, members in lines.items():
             members.sort(key=lambda p: where[repr(p["values"][key])])

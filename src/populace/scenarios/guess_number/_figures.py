@@ -13,13 +13,14 @@ run (a summary that lags, or none) shows every round that has answers::
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+
+from populace.results import panel_grid
 
 from ._rules import parse_ratio, score_round
 
@@ -35,21 +36,6 @@ def _figure(height: float) -> tuple[Figure, Axes]:
     fig = Figure(figsize=(_WIDTH, height))
     fig.subplots_adjust(left=0.08, right=0.98, bottom=0.6 / height, top=1 - 0.45 / height)
     return fig, fig.subplots()
-
-
-def _grid(n: int, height: float = 2.4) -> tuple[Figure, list[Axes]]:
-    ncols = max(1, min(n, 3 if n <= 6 else 5))
-    nrows = math.ceil(n / ncols)
-    total = 1.4 + height * nrows
-    fig = Figure(figsize=(_WIDTH, total))
-    fig.subplots_adjust(left=0.05, right=0.99, bottom=0.55 / total, top=1 - 0.95 / total,
-                        hspace=0.6, wspace=0.22)
-    axes = fig.subplots(nrows, ncols, sharex=True, squeeze=False).ravel().tolist()
-    for ax in axes[n:]:
-        fig.delaxes(ax)
-    for ax in axes[max(0, n - ncols):n]:  # the lowest panel of each column shows its scale
-        ax.xaxis.set_tick_params(labelbottom=True)
-    return fig, axes[:n]
 
 
 def _game(run: RunData) -> dict[str, Any]:
@@ -117,7 +103,7 @@ def round_histograms(run: RunData) -> Figure | None:
     rounds = _spread(_rounds(run))
     if not rounds:
         return None
-    fig, axes = _grid(len(rounds))
+    fig, axes = panel_grid(len(rounds), sharex=True)
     edges = _edges(run)
     for ax, r in zip(axes, rounds, strict=True):
         _panel(ax, run.values(TABLE, "number", r), edges, f"round {r}")
@@ -137,7 +123,7 @@ def category_histograms(run: RunData, column: str, round_no: int | None = None
     split = run.values_by(TABLE, "number", column, round_no)
     if not split:
         return None
-    fig, axes = _grid(len(split))
+    fig, axes = panel_grid(len(split), sharex=True)
     edges = _edges(run)
     for i, (ax, (value, numbers)) in enumerate(zip(axes, split.items(), strict=True)):
         _panel(ax, numbers, edges, f"group {value}" if column == "group" else str(value),
