@@ -5,6 +5,7 @@ table equal to an undisturbed run's."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -17,43 +18,62 @@ import yaml
 
 from populace.results import read_summary, read_table
 
-VOTES = Path(__file__).parents[1] / "launch" / "votes.py"
-#: 3 steps of 0.6 s "thinking": long enough to land a kill inside step 2.
-RUN = {"scenario": f"{VOTES}:Votes", "agents": 400, "steps": 3, "workers": 2, "seed": 5,
-       "settings": {"think": 0.6}}
+ROOT = Path(__file__).parents[2]
+VOTES = ROOT / "tests" / "launch" / "votes.py"
+#: Each scenario's run: 3 steps of 0.6 s "thinking", long enough to land a kill in step 2.
+RUNS = {
+    "votes": ({"scenario": f"{VOTES}:Votes", "agents": 400, "steps": 3, "workers": 2,
+               "seed": 5, "settings": {"think": 0.6}}, "votes"),
+    # docs/scenarios.md's tutorial scenario, as a user copies it from the page
+    "rumour": ({"scenario": "rumour.py:Rumour", "agents": 3000, "steps": 3, "workers": 2,
+                "seed": 1, "models": {"dummy": {"provider": "dummy", "latency": 0.6}}},
+               "heard"),
+}
 
 
-def write(tmp_path: Path, **changes: Any) -> Path:
-    path = tmp_path / "votes.yaml"
-    path.write_text(yaml.safe_dump({**RUN, **changes}))
+def tutorial_file(directory: Path) -> None:
+    page = (ROOT / "docs" / "scenarios.md").read_text()
+    code = re.search(r"<!-- file: rumour.py -->\n```python\n(.*?)```", page, re.S)
+    assert code is not None
+    (directory / "rumour.py").write_text(code.group(1))
+
+
+def write(tmp_path: Path, name: str, **changes: Any) -> Path:
+    tutorial_file(tmp_path)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({**RUNS[name][0], **changes}))
     return path
 
 
-@pytest.fixture(scope="module")
-def votes_undisturbed(tmp_path_factory: pytest.TempPathFactory) -> pa.Table:
+@pytest.fixture(scope="module", params=sorted(RUNS))
+def scenario(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+             ) -> tuple[str, pa.Table]:
+    """A scenario's name and its undisturbed table (local backend, nothing killed)."""
     import asyncio
 
     from populace.launch import launch, load_run_file
     from populace.results import RunDirectory
 
-    tmp = tmp_path_factory.mktemp("undisturbed")
+    name = request.param
+    tmp = tmp_path_factory.mktemp(f"undisturbed-{name}")
     out = RunDirectory.create(tmp / "out")
-    asyncio.run(launch(load_run_file(write(tmp, settings={"think": 0.0})), out))
-    return read_table(out.path, "votes")
+    asyncio.run(launch(load_run_file(write(tmp, name)), out))
+    return name, read_table(out.path, RUNS[name][1])
 
 
-def assert_equal_rows(out: Path, expected: pa.Table) -> None:
+def assert_equal_rows(out: Path, name: str, expected: pa.Table) -> None:
     summary = read_summary(out)
     assert summary["status"] == "completed", summary.get("error")
     assert [e["step"] for e in summary["steps"]] == [1, 2, 3]
-    assert read_table(out, "votes").equals(expected)
+    assert read_table(out, RUNS[name][1]).equals(expected)
 
 
 def test_kill_9_mid_step_then_resume_equals_an_undisturbed_run(
-    tmp_path: Path, populace: Callable[..., Any], votes_undisturbed: pa.Table,
+    tmp_path: Path, populace: Callable[..., Any], scenario: tuple[str, pa.Table],
 ) -> None:
+    name, undisturbed = scenario
     out = tmp_path / "out"
-    run = populace("run", write(tmp_path), "--out", out)
+    run = populace("run", write(tmp_path, name), "--out", out)
     run.wait_for("step 1/3:", timeout=60)
     time.sleep(0.3)  # inside step 2
     os.kill(run.pid, signal.SIGKILL)
@@ -64,17 +84,19 @@ def test_kill_9_mid_step_then_resume_equals_an_undisturbed_run(
     assert rc == 0, stderr
     assert "step 1/3:" not in stdout and "step 3/3:" in stdout
     assert read_summary(out)["resumed_from_step"] == 1
-    assert_equal_rows(out, votes_undisturbed)
+    assert_equal_rows(out, name, undisturbed)
 
 
 def test_a_ray_worker_killed_mid_step_is_recovered(
-    tmp_path: Path, populace: Callable[..., Any], votes_undisturbed: pa.Table, helpers: Any,
+    tmp_path: Path, populace: Callable[..., Any], scenario: tuple[str, pa.Table],
+    helpers: Any,
 ) -> None:
+    name, undisturbed = scenario
     pytest.importorskip("ray")
     if not Path("/proc/self/stat").exists():
         pytest.skip("finds the worker processes in /proc")
     out = tmp_path / "out"
-    run = populace("run", write(tmp_path, backend="ray"), "--out", out)
+    run = populace("run", write(tmp_path, name, backend="ray"), "--out", out)
     run.wait_for("step 1/3:", timeout=120)
     time.sleep(0.3)  # inside step 2
     workers = helpers.ray_workers(run.pid)
@@ -88,5 +110,5 @@ def test_a_ray_worker_killed_mid_step_is_recovered(
     warnings = [line for line in stderr.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and f"(pid {victim}) died" in warnings[0], stderr
     assert "restarting the workers from the last checkpoint" in warnings[0]
-    assert_equal_rows(out, votes_undisturbed)
+    assert_equal_rows(out, name, undisturbed)  # the local backend's rows, too
     assert read_summary(out)["resumed_from_step"] == 1

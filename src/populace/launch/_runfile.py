@@ -33,6 +33,7 @@ from populace.config import format_error, read_yaml
 from populace.core import ConfigError
 from populace.llm import DummyConfig, ModelConfig
 from populace.population import PopulationConfig
+from populace.results import RunDirectory
 
 from ._scenario import COMMON_OPTIONS, Scenario, ScenarioSettings
 
@@ -258,7 +259,7 @@ def load_run_file(path: str | Path, overrides: dict[str, Any] | None = None) -> 
 def scenario_of(run_dir: Path) -> type[Scenario] | None:
     """The scenario class that made run directory ``run_dir`` (from its ``config.yaml``),
     None when it names none; :class:`ConfigError` when it cannot be loaded any more."""
-    config = run_dir / "config.yaml"
+    config = RunDirectory(run_dir).config_path
     data = read_yaml(config) if config.exists() else {}
     ref = data.get("scenario", DEFAULT_SCENARIO if data else None)
     if not isinstance(ref, str):
