@@ -38,6 +38,7 @@ from populace.results import (
 
 from ._run import ObserverFailed, Run, StepAbandoned
 from ._runfile import USER_MODULE_PREFIX, RunFile, where
+from ._scenario import Scenario
 
 #: How a run ends (``summary.json``'s ``status``); ``running`` while it runs.
 STATUSES = ("completed", "stopped", "interrupted", "failed")
@@ -203,7 +204,7 @@ async def _population(run_file: RunFile, run_dir: RunDirectory | None,
         [by_id.get(i) or "" for i in table.column("agent_id").to_pylist()], type=pa.string()))
 
 
-async def _checkpoint(run: Run, scenario: Any, t: int) -> None:
+async def _checkpoint(run: Run, scenario: Scenario, t: int) -> None:
     assert run.run_dir is not None
     agents = {}
     for label, (cls, group) in run.groups.items():
@@ -213,7 +214,7 @@ async def _checkpoint(run: Run, scenario: Any, t: int) -> None:
                                            "envs": envs})
 
 
-async def _restore(run: Run, scenario: Any, state: dict[str, Any]) -> None:
+async def _restore(run: Run, scenario: Scenario, state: dict[str, Any]) -> None:
     scenario.set_state(state["scenario"])
     for label, states in state["agents"].items():
         if label not in run.groups:
@@ -243,6 +244,43 @@ async def _own(call: Coroutine[Any, Any, None], run_file: RunFile,
         raise e.error from None
     except Exception as e:
         raise _failed(run_file, e, run_dir) from e
+
+
+async def _step(run: Run, scenario: Scenario, t: int, summary: dict[str, Any],
+                started: float, observers: Sequence[Observer], monitor: RunMonitor | None
+                ) -> bool:
+    """Play step ``t`` and write it: its tables, a checkpoint, then the summary (which
+    names the step finished only once all of it is on disk). False when a stop request
+    abandoned it (nothing of it is written)."""
+    t0 = time.perf_counter()
+    run._begin(t)
+    for observer in observers:
+        observer.step_started(t, run.steps)
+    try:
+        await _own(scenario.step(run, t), run.run_file, run.run_dir)
+    except StepAbandoned:
+        return False
+    tables, metrics, distributions = run._finish()
+    entry: dict[str, Any] = {"step": t, **metrics}
+    if distributions:
+        entry["distributions"] = distributions
+    entry["wall_s"] = round(time.perf_counter() - t0, 4)
+    if run.run_dir is not None:
+        for name, table in tables.items():
+            run.run_dir.write_round(name, t, table)
+            run.run_dir.clear_partial(name)
+    summary["tables"] = sorted({*summary["tables"], *tables})
+    summary["steps"].append(entry)
+    summary["wall_s"] = round(time.perf_counter() - started, 4)
+    if run.run_dir is not None:
+        await _own(_checkpoint(run, scenario, t), run.run_file, run.run_dir)
+        run.run_dir.write_summary(summary)
+    for observer in observers:
+        observer.step_finished(t, entry)
+    if monitor is not None:
+        await _show_environment(run, monitor)
+        monitor.round_finished(entry, run.sim.statistics())
+    return True
 
 
 async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
@@ -291,38 +329,10 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
                 if monitor is not None:
                     monitor.simulation_started(sim)
                 for t in range(start, o.steps + 1):
-                    if run.stop_requested:
-                        stopped = True
+                    if run.stop_requested or not await _step(
+                            run, scenario, t, summary, started, observers, monitor):
+                        stopped = True  # a step abandoned is never written with holes
                         break
-                    t0 = time.perf_counter()
-                    run._begin(t)
-                    for observer in observers:
-                        observer.step_started(t, o.steps)
-                    try:
-                        await _own(scenario.step(run, t), run_file, run_dir)
-                    except StepAbandoned:
-                        stopped = True  # the step is abandoned, never written with holes
-                        break
-                    tables, metrics, distributions = run._finish()
-                    entry: dict[str, Any] = {"step": t, **metrics}
-                    if distributions:
-                        entry["distributions"] = distributions
-                    entry["wall_s"] = round(time.perf_counter() - t0, 4)
-                    if run_dir is not None:
-                        for name, table in tables.items():
-                            run_dir.write_round(name, t, table)
-                            run_dir.clear_partial(name)
-                    summary["tables"] = sorted({*summary["tables"], *tables})
-                    summary["steps"].append(entry)
-                    summary["wall_s"] = round(time.perf_counter() - started, 4)
-                    if run_dir is not None:
-                        await _own(_checkpoint(run, scenario, t), run_file, run_dir)
-                        run_dir.write_summary(summary)
-                    for observer in observers:
-                        observer.step_finished(t, entry)
-                    if monitor is not None:
-                        await _show_environment(run, monitor)
-                        monitor.round_finished(entry, sim.statistics())
                     if run._ended:
                         break
             finally:
