@@ -133,6 +133,17 @@ def test_bad_run_files_are_one_line_naming_the_key(
     ("{votes}:Nope", "scenario: votes.py has no Scenario class 'Nope'"),
     ("{votes}", "scenario: votes.py defines 2 Scenario classes (Votes, FixedTown); name one"),
 ])
+def test_the_old_run_function_form_says_what_to_write_instead(tmp_path: Path) -> None:
+    (tmp_path / "old.py").write_text("async def run(config):\n    return {}\n")
+    path = tmp_path / "old.yaml"
+    path.write_text("scenario: old.py\n")
+    with pytest.raises(ConfigError) as e:
+        load_run_file(path)
+    assert str(e.value) == (f"{path}: scenario: old.py has the old `async def run(config)` "
+                            "form, which is gone: write a Scenario class (see "
+                            "docs/scenarios.md)")
+
+
 def test_a_scenario_that_cannot_be_found_is_one_line(tmp_path: Path, ref: str,
                                                      message: str) -> None:
     import yaml

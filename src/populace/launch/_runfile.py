@@ -150,6 +150,9 @@ def _pick(source: Path, module: ModuleType, attr: str | None, what: str) -> type
     classes = [v for v in vars(module).values() if inspect.isclass(v)
                and issubclass(v, Scenario) and v is not Scenario
                and v.__module__ == module.__name__]
+    if not classes and inspect.iscoroutinefunction(getattr(module, "run", None)):
+        raise ConfigError(f"{source}: scenario: {what} has the old `async def run(config)` "
+                          "form, which is gone: write a Scenario class (see docs/scenarios.md)")
     if len(classes) != 1:
         names = ", ".join(c.__name__ for c in classes) or "none"
         raise ConfigError(f"{source}: scenario: {what} defines {len(classes)} Scenario classes "
