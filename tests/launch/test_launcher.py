@@ -127,12 +127,6 @@ def test_bad_run_files_are_one_line_naming_the_key(
     assert "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize(("ref", "message"), [
-    ("nowhere.py:X", "scenario: no such file"),
-    ("votes_nope", "scenario: unknown scenario 'votes_nope'"),
-    ("{votes}:Nope", "scenario: votes.py has no Scenario class 'Nope'"),
-    ("{votes}", "scenario: votes.py defines 2 Scenario classes (Votes, FixedTown); name one"),
-])
 def test_the_old_run_function_form_says_what_to_write_instead(tmp_path: Path) -> None:
     (tmp_path / "old.py").write_text("async def run(config):\n    return {}\n")
     path = tmp_path / "old.yaml"
@@ -144,6 +138,12 @@ def test_the_old_run_function_form_says_what_to_write_instead(tmp_path: Path) ->
                             "docs/scenarios.md)")
 
 
+@pytest.mark.parametrize(("ref", "message"), [
+    ("nowhere.py:X", "scenario: no such file"),
+    ("votes_nope", "scenario: unknown scenario 'votes_nope'"),
+    ("{votes}:Nope", "scenario: votes.py has no Scenario class 'Nope'"),
+    ("{votes}", "scenario: votes.py defines 2 Scenario classes (Votes, FixedTown); name one"),
+])
 def test_a_scenario_that_cannot_be_found_is_one_line(tmp_path: Path, ref: str,
                                                      message: str) -> None:
     import yaml
