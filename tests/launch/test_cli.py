@@ -113,7 +113,8 @@ def test_a_scenario_stops_cleanly_on_a_signal_and_resumes(
     assert proc.returncode == status, stderr
     assert stderr.strip() == (f"error: stopped; finished steps are in {out}; continue with: "
                               f"populace run --resume {out}")
-    assert read_summary(out)["status"] == "interrupted"
+    summary = read_summary(out)
+    assert summary["status"] == "interrupted" and "error" not in summary  # a clean stop
     done = subprocess.run([sys.executable, "-m", "populace.cli", "run", "--resume", str(out)],
                           capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -161,3 +162,17 @@ def test_an_address_without_ray_is_refused(
     assert stderr.strip() == (f"error: {OPINIONS}: address: is only meaningful with "
                               "backend: ray")
     assert not (tmp_path / "o").exists()
+
+
+def test_sys_exit_in_a_scenario_is_a_failure_not_an_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "quits.py").write_text(
+        "import sys\nfrom populace.launch import Scenario\n\n\nclass Quits(Scenario):\n"
+        "    async def step(self, run, t):\n        sys.exit(0)\n")
+    path, out = tmp_path / "quits.yaml", tmp_path / "out"
+    path.write_text("scenario: quits.py:Quits\n")
+    code, _, stderr = run_in_process(capsys, monkeypatch, "run", path, "--out", out)
+    assert code == 1
+    assert stderr.strip().startswith(f"error: {path}: scenario quits.py, line 7: SystemExit: 0")
+    assert read_summary(out)["status"] == "failed"

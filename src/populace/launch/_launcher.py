@@ -65,7 +65,7 @@ class ScenarioFailed(PopulaceError):
     the traceback is kept in ``RUN_DIR/error.txt``, the original is the ``__cause__``."""
 
 
-def _failed(run_file: RunFile, error: Exception, run_dir: RunDirectory | None
+def _failed(run_file: RunFile, error: BaseException, run_dir: RunDirectory | None
             ) -> ScenarioFailed:
     source = Path(inspect.getfile(run_file.scenario))
     kept = ""
@@ -242,7 +242,7 @@ async def _own(call: Coroutine[Any, Any, None], run_file: RunFile,
         raise
     except ObserverFailed as e:
         raise e.error from None
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # sys.exit() in a scenario is a failure, not an end
         raise _failed(run_file, e, run_dir) from e
 
 
@@ -342,8 +342,9 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
     except BaseException as e:
         interrupted = isinstance(e, KeyboardInterrupt | asyncio.CancelledError)
         summary["status"] = "interrupted" if interrupted else "failed"
-        cause = e.__cause__ if isinstance(e, ScenarioFailed) else e
-        summary["error"] = f"{type(cause).__name__}: {cause}"
+        if not interrupted:  # a clean stop is no error
+            cause = e.__cause__ if isinstance(e, ScenarioFailed) else e
+            summary["error"] = f"{type(cause).__name__}: {cause}"
         if isinstance(e, ServiceClosed):
             # An environment's actor died: like a lost worker, recovered from the last
             # checkpoint (which holds the environment too).
