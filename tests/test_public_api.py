@@ -38,14 +38,15 @@ API: dict[str, set[str]] = {
         "diversity_report", "generate_backgrounds", "largest_remainder",
         "load_population_config", "sample_population"},
     "populace.launch": {
-        "COMMON_OPTIONS", "ConsoleObserver", "ENTRY_POINTS", "MAX_RECOVERIES", "Measure",
-        "Observer", "Rows", "Run", "RunFile", "RunOptions", "STATUSES", "Scenario",
+        "AllAnswersFailed", "COMMON_OPTIONS", "ConsoleObserver", "ENTRY_POINTS",
+        "MAX_RECOVERIES", "Measure", "Observer", "Rows", "Run", "RunFile", "RunOptions",
+        "STATUSES", "Scenario",
         "ScenarioFailed", "ScenarioSettings", "StepAbandoned", "Terminated", "as_numbers",
         "launch", "load_run_file", "parse_run_file", "resolve_scenario",
         "run_until_signalled", "scenario_of", "where"},
     "populace.results": {
         "Breakdown", "CheckpointError", "Comparison", "Report", "RunData", "RunDirectory",
-        "RunMonitor", "RunSnapshot", "atomic_write", "headline", "latest_checkpoint",
+        "RunMonitor", "RunSnapshot", "atomic_write", "error_kind", "headline", "latest_checkpoint",
         "load_run", "panel_grid", "read_checkpoint", "read_partial", "read_summary", "read_table",
         "run_snapshot", "sweep_table", "write_checkpoint", "write_comparison",
         "write_report"},

@@ -36,8 +36,9 @@ class Ask(Scenario):
 
     async def step(self, run, t):
         answers = await run.collect(self.people.map(Asker.ask, t))
-        run.record("answers", {"agent_id": self.people.ids, "text": answers})
-        run.metric("distinct", len(set(answers)))
+        texts = [a if isinstance(a, str) else None for a in answers]  # None: it failed
+        run.record("answers", {"agent_id": self.people.ids, "text": texts})
+        run.metric("distinct", len(set(texts)))
 '''
 
 
@@ -65,3 +66,30 @@ async def test_replay_answers_every_call_from_the_recording(tmp_path: Path) -> N
                                                                     "answers"))
     assert [e["distinct"] for e in read_summary(tmp_path / "rep")["steps"]] == \
         [e["distinct"] for e in recorded["steps"]]
+
+
+async def test_failed_answers_are_counted_and_a_step_where_all_fail_fails_the_run(
+        tmp_path: Path) -> None:
+    from populace.launch import AllAnswersFailed
+
+    async with running_server(ServerOptions(models=("m",), policy="random",
+                                            rate_500=0.5, seed=3)) as url:
+        path = run_file(tmp_path, url)
+        some = await launch(load_run_file(path, {"steps": 1}),
+                            RunDirectory.create(tmp_path / "some"))
+    failed = some["steps"][0]["failed"]
+    assert 0 < failed["answers"] < 40 and failed["of"] == 40
+    assert set(failed["kinds"]) == {"ModelError: HTTP 500"}
+    # A server that fails every call: every answer fails, and so does the run.
+    async with running_server(ServerOptions(models=("m",), rate_500=1.0)) as url:
+        try:
+            await launch(load_run_file(run_file(tmp_path, url), {"steps": 1}),
+                         RunDirectory.create(tmp_path / "none"))
+        except AllAnswersFailed as e:
+            assert str(e).startswith("step 1: all 40 answers failed (most common: ModelError: "
+                                     "HTTP 500 ×40: ")
+        else:
+            raise AssertionError("a step whose every answer failed did not fail the run")
+    summary = read_summary(tmp_path / "none")
+    assert summary["status"] == "failed" and summary["steps"] == []
+    assert summary["error"].startswith("AllAnswersFailed: step 1: all 40 answers failed")

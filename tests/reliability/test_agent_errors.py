@@ -63,8 +63,11 @@ def test_agents_that_raise_are_isolated_and_reported(
     cli.main()  # no exception, no warning (pytest turns warnings into errors)
 
     captured = capsys.readouterr()
-    assert captured.err == ""
     n_valid = AGENTS - AGENTS // 6 * len(FAILURES)
+    # Every round says, in one warning line, how many answers failed and why.
+    assert captured.err.splitlines() == [
+        f"warning: step {r}: {AGENTS - n_valid} of {AGENTS} answers failed (most common: "
+        f"ZeroDivisionError ×{AGENTS // 6}: division by zero)" for r in range(1, ROUNDS + 1)]
     for r in range(1, ROUNDS + 1):  # the count of valid answers is shown for every round
         assert f"round {r}/{ROUNDS}: n={AGENTS} valid={n_valid} " in captured.out
     table = read_table(out)

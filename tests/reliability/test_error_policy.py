@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from populace.core import ModelError
+from populace.launch import AllAnswersFailed
 from populace.llm import ServerOptions, running_server
 from populace.results import RunDirectory, read_summary, read_table
 from populace.scenarios.guess_number import RunConfig, play
@@ -32,17 +33,21 @@ async def test_a_retry_deadline_rides_out_an_outage(tmp_path: Path) -> None:
     assert table.num_rows == 60 and all(table.column("valid").to_pylist())
     assert sum(table.column("retries").to_pylist()) > 0
 
-    # The same outage with two attempts and no deadline loses answers (marked invalid).
+    # The same outage with two attempts and no deadline loses every answer of round 1: the
+    # run fails (resumable), it does not report a round of nothing but errors.
     async with running_server(outage) as url:
         run = RunDirectory.create(tmp_path / "no-deadline")
-        await play(config(url), run)
-    errors = [e for e in read_table(run.path).column("error").to_pylist() if e]
-    assert errors and all(e.startswith("ModelError") for e in errors)
+        with pytest.raises(AllAnswersFailed, match=r"^step 1: all 30 answers failed \(most "
+                                                   r"common: ModelError: HTTP 503 ×30"):
+            await play(config(url), run)
+    summary = read_summary(run.path)
+    assert (summary["status"], summary["steps"]) == ("failed", [])
+    assert summary["error"].startswith("AllAnswersFailed: step 1: all 30 answers failed")
 
 
 async def test_stop_policy_stops_resumably_then_resume_finishes(tmp_path: Path) -> None:
     run = RunDirectory.create(tmp_path / "stop")
-    async with running_server(ServerOptions(rate_500=1.0)) as url:
+    async with running_server(ServerOptions(rate_500=0.5, seed=1)) as url:
         with pytest.raises(ModelError, match="on_model_error is 'stop'"):
             await play(config(url, on_model_error="stop", model_options={"max_retries": 0}),
                        run)

@@ -17,7 +17,7 @@ from ._launcher import (
     launch,
     run_until_signalled,
 )
-from ._run import Measure, Rows, Run, StepAbandoned, as_numbers
+from ._run import AllAnswersFailed, Measure, Rows, Run, StepAbandoned, as_numbers
 from ._runfile import (
     ENTRY_POINTS,
     RunFile,
@@ -35,6 +35,7 @@ __all__ = [
     "ENTRY_POINTS",
     "MAX_RECOVERIES",
     "STATUSES",
+    "AllAnswersFailed",
     "ConsoleObserver",
     "Measure",
     "Observer",

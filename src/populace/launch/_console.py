@@ -48,6 +48,13 @@ class ConsoleObserver:
 
     def step_finished(self, t: int, entry: dict[str, Any]) -> None:
         self._clear()
+        failed = entry.get("failed")
+        if failed:
+            worst = max(failed["kinds"].items(), key=lambda kv: kv[1])
+            self.errors.print(
+                f"[yellow]warning:[/yellow] step {t}: {failed['answers']:,} of "
+                f"{failed['of']:,} answers failed (most common: {escape(worst[0])} "
+                f"×{worst[1]:,}: {escape(failed['example'])})", soft_wrap=True)
         line = self._describe(t, self._steps, entry)
         self.console.print(f"{escape(line)} [dim]({entry['wall_s']:.2f} s)[/dim]",
                            soft_wrap=True)  # one line per step, even in a narrow terminal

@@ -260,10 +260,8 @@ async def _step(run: Run, scenario: Scenario, t: int, summary: dict[str, Any],
         await _own(scenario.step(run, t), run.run_file, run.run_dir)
     except StepAbandoned:
         return False
-    tables, metrics, distributions = run._finish()
-    entry: dict[str, Any] = {"step": t, **metrics}
-    if distributions:
-        entry["distributions"] = distributions
+    tables, body = run._finish()
+    entry: dict[str, Any] = {"step": t, **body}
     entry["wall_s"] = round(time.perf_counter() - t0, 4)
     if run.run_dir is not None:
         for name, table in tables.items():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import time
 import zlib
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ from populace.core import (
     AgentGroup,
     PerWorker,
     PlaceholderSet,
+    PopulaceError,
     Simulation,
     SimulationClosed,
     WorkerLost,
@@ -26,6 +28,7 @@ from populace.core import (
 )
 from populace.environment import Env, EnvClient, EnvService, RemoteEnvService, serve
 from populace.llm import ModelSet
+from populace.results import error_kind
 
 if TYPE_CHECKING:
     from populace.results import RunDirectory, RunMonitor
@@ -48,6 +51,11 @@ class ObserverFailed(Exception):
     def __init__(self, error: Exception) -> None:
         super().__init__(str(error))
         self.error = error
+
+
+class AllAnswersFailed(PopulaceError):
+    """Every answer a step collected failed (an unreachable model, a broken agent): the
+    step is not written and the run fails, resumable once the cause is fixed."""
 
 
 class StepAbandoned(Exception):
@@ -111,6 +119,7 @@ class Run:
         self._metrics: dict[str, Any] = {}
         self._distributions: dict[str, dict[str, Any]] = {}
         self._collecting: tuple[PlaceholderSet[Any], tuple[str, Rows] | None] | None = None
+        self._failed: dict[str, Any] | None = None
         self._begin(0)
 
     # -- what the run is --------------------------------------------------------------------
@@ -271,7 +280,29 @@ class Run:
         lost = next((r for r in results if isinstance(r, WorkerLost)), None)
         if lost is not None:  # never write a step with holes: the resumed run plays it again
             raise lost
+        self._count_failures(results)
         return results
+
+    def _count_failures(self, results: list[Any]) -> None:
+        """Failed answers are counted in the step's entry (``failed``) and shown; a step in
+        which every answer failed ends the run as failed."""
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if not failed:
+            return
+        kinds = Counter(error_kind(e) for e in failed)
+        kind, count = kinds.most_common(1)[0]
+        example = next(e for e in failed if error_kind(e) == kind)
+        seen = self._failed or {"answers": 0, "of": 0, "kinds": {}}
+        seen["answers"] += len(failed)
+        seen["of"] += len(results)
+        for k, n in kinds.items():
+            seen["kinds"][k] = seen["kinds"].get(k, 0) + n
+        seen["example"] = " ".join(str(example).split())[:200]
+        self._failed = seen
+        if len(failed) == len(results):
+            raise AllAnswersFailed(
+                f"step {self.step}: all {len(results)} answers failed (most common: {kind} "
+                f"×{count}: {seen['example']})")
 
     # -- for the launcher -------------------------------------------------------------------
     def save_partial(self) -> int | None:
@@ -292,9 +323,16 @@ class Run:
         self._metrics = {}
         self._distributions = {}
         self._collecting = None
+        self._failed = None
         self._rngs = {k: v for k, v in self._rngs.items() if k[1] == t}
 
-    def _finish(self) -> tuple[dict[str, pa.Table], dict[str, Any], dict[str, Any]]:
+    def _finish(self) -> tuple[dict[str, pa.Table], dict[str, Any]]:
+        """The step's tables, and its summary entry less ``step`` and ``wall_s``."""
         tables = {name: pa.concat_tables(parts) if len(parts) > 1 else parts[0]
                   for name, parts in self._tables.items()}
-        return tables, dict(self._metrics), dict(self._distributions)
+        entry = dict(self._metrics)
+        if self._distributions:
+            entry["distributions"] = dict(self._distributions)
+        if self._failed is not None:
+            entry["failed"] = self._failed
+        return tables, entry

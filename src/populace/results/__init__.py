@@ -17,7 +17,7 @@ from ._checkpoint import (
 )
 from ._compare import Comparison, write_comparison
 from ._grid import panel_grid
-from ._monitor import RunMonitor, RunSnapshot, run_snapshot
+from ._monitor import RunMonitor, RunSnapshot, error_kind, run_snapshot
 from ._report import Report, sweep_table, write_report
 from ._rundir import RunDirectory, atomic_write, read_partial, read_summary, read_table
 from ._runs import Breakdown, RunData, headline, load_run
@@ -32,6 +32,7 @@ __all__ = [
     "RunMonitor",
     "RunSnapshot",
     "atomic_write",
+    "error_kind",
     "headline",
     "latest_checkpoint",
     "load_run",
