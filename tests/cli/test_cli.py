@@ -203,7 +203,7 @@ def test_bad_override_names_the_key(tmp_path: Path, fast_example: Path) -> None:
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr
-    assert lines[0].startswith(f"error: {fast_example}: agents: ")
+    assert lines[0] == "error: --agents 0: Input should be greater than or equal to 1"
 
 
 def test_ctrl_c_keeps_finished_rounds(tmp_path: Path, fast_example: Path) -> None:

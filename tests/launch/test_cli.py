@@ -44,8 +44,8 @@ def test_an_override_a_scenario_cannot_take_is_exit_2(
     code, _, stderr = run_in_process(capsys, monkeypatch, "run", path, "--agents", "5",
                                      "--out", tmp_path / "o")
     assert code == 2
-    assert stderr.strip() == (f"error: {path}: agents: scenario 'fixed-town' does not take "
-                              "agents (it takes: address, backend, seed, steps, workers)")
+    assert stderr.strip() == ("error: --agents: scenario 'fixed-town' does not take agents "
+                              "(it takes: address, backend, seed, steps, workers)")
     assert not (tmp_path / "o").exists()  # nothing created
 
 
@@ -78,6 +78,21 @@ def test_a_scenario_that_raises_is_one_line_with_the_traceback_kept(
     assert (summary["status"], summary["error"]) == ("failed",
                                                      "RuntimeError: step 2 breaks on purpose")
     assert len(summary["steps"]) == 1  # the finished step is kept
+
+
+def test_an_agent_that_raises_fails_the_run_naming_its_error(
+    votes_file: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path, out = votes_file(settings={"broken": 7}), tmp_path / "out"
+    code, _, stderr = run_in_process(capsys, monkeypatch, "run", path, "--out", out)
+    assert code == 1
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"error: {path}: scenario votes.py, line ")
+    assert ": ValueError: voter 7 cannot decide (raised by agent 7 in Voter.vote()) " \
+        "(traceback in " in lines[0]
+    assert read_summary(out)["status"] == "failed"
 
 
 def test_a_scenario_file_that_does_not_import_is_one_line(
@@ -176,3 +191,43 @@ def test_sys_exit_in_a_scenario_is_a_failure_not_an_end(
     assert code == 1
     assert stderr.strip().startswith(f"error: {path}: scenario quits.py, line 7: SystemExit: 0")
     assert read_summary(out)["status"] == "failed"
+
+
+def test_a_scenario_file_imports_its_neighbours_on_every_backend(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    (tmp_path / "people.py").write_text(
+        "from populace.core import Agent\n\n\nclass Counter(Agent):\n"
+        "    async def count(self, t):\n        return self.id * t\n")
+    (tmp_path / "count.py").write_text(
+        "from people import Counter\nfrom populace.launch import Scenario\n\n\n"
+        "class Count(Scenario):\n    async def setup(self, run):\n"
+        "        self.people = await run.create(Counter)\n\n"
+        "    async def step(self, run, t):\n"
+        "        run.metric('total', sum(await run.collect(self.people.map(Counter.count, t))))\n")
+    path = tmp_path / "count.yaml"
+    path.write_text("scenario: count.py:Count\nagents: 10\nsteps: 2\nworkers: 2\n")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    for backend in ("local", "ray"):
+        out = tmp_path / backend
+        done = subprocess.run([sys.executable, "-m", "populace.cli", "run", str(path),
+                               "--backend", backend, "--out", str(out)], cwd="/",
+                              capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert [e["total"] for e in read_summary(out)["steps"]] == [45, 90]
+
+
+def test_wall_time_counts_every_attempt(votes_file: Callable[..., Path],
+                                        tmp_path: Path) -> None:
+    import asyncio
+
+    from populace.launch import launch, load_run_file
+    from populace.results import RunDirectory
+
+    path = votes_file(agents=20, steps=2, settings={"think": 0.3})
+    run_dir = RunDirectory.create(tmp_path / "out")
+    first = asyncio.run(launch(load_run_file(path, {"steps": 1}), run_dir))
+    summary = read_summary(run_dir.path)
+    summary.update(status="interrupted", steps_planned=2)
+    run_dir.write_summary(summary)
+    whole = asyncio.run(launch(load_run_file(path), run_dir, resume=True))
+    assert whole["wall_s"] >= first["wall_s"] + 0.3

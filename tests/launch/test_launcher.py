@@ -97,12 +97,22 @@ async def test_a_stop_request_abandons_the_step_and_keeps_finished_ones(
     assert read_table(tmp_path / "out", "votes").num_rows == 100
 
 
+def test_a_bad_value_on_the_command_line_names_the_flag(
+        votes_file: Callable[..., Path]) -> None:
+    with pytest.raises(ConfigError, match=r"^--rounds 0: Input should be greater than or "
+                                          r"equal to 1$"):
+        load_run_file(votes_file(), {"steps": 0})
+    with pytest.raises(ConfigError, match=r"^--backend slurm: Input should be 'local' or "
+                                          r"'ray'$"):
+        load_run_file(votes_file(), {"backend": "slurm"})
+
+
 def test_an_option_the_scenario_cannot_take_is_refused(votes_file: Callable[..., Path]
                                                        ) -> None:
     path = votes_file(cls="FixedTown")
     with pytest.raises(ConfigError) as e:
         load_run_file(path, {"agents": 10})
-    assert str(e.value) == (f"{path}: agents: scenario 'fixed-town' does not take agents "
+    assert str(e.value) == ("--agents: scenario 'fixed-town' does not take agents "
                             "(it takes: address, backend, seed, steps, workers)")
     with pytest.raises(ConfigError, match="does not take agents"):
         load_run_file(votes_file(cls="FixedTown", name="b.yaml", agents=10))
@@ -112,10 +122,14 @@ def test_an_option_the_scenario_cannot_take_is_refused(votes_file: Callable[...,
 @pytest.mark.parametrize(("keys", "message"), [
     ({"settings": {"think": "slow"}}, "settings.think: Input should be a valid number"),
     ({"settings": {"thinking": 1}}, "settings.thinking: unknown key (expected one of: "
-                                    "start_share, think, fail_at)"),
+                                    "start_share, think, fail_at, broken)"),
     ({"think": "slow"}, "think: Input should be a valid number"),
     ({"agents": 0}, "agents: Input should be greater than or equal to 1"),
     ({"steps": 2, "rounds": 3}, "rounds: give steps or rounds, not both"),
+    ({"modls": {}}, "modls: unknown key (did you mean models?) (expected one of: scenario, "
+                    "name, seed, agents, steps, workers, backend, address, models, population, "
+                    "checkpoint_minutes, rounds; or a setting of votes: start_share, think, "
+                    "fail_at, broken)"),
     ({"backend": "slurm"}, "backend: Input should be 'local' or 'ray'"),
 ])
 def test_bad_run_files_are_one_line_naming_the_key(

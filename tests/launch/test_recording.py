@@ -35,7 +35,7 @@ class Ask(Scenario):
         self.people = await run.create(Asker, init={"models": run.models()})
 
     async def step(self, run, t):
-        answers = await run.collect(self.people.map(Asker.ask, t))
+        answers = await run.collect(self.people.map(Asker.ask, t), on_error="return")
         texts = [a if isinstance(a, str) else None for a in answers]  # None: it failed
         run.record("answers", {"agent_id": self.people.ids, "text": texts})
         run.metric("distinct", len(set(texts)))

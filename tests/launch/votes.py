@@ -17,16 +17,19 @@ from populace.launch import Run, Scenario, ScenarioSettings
 
 
 class Voter(Agent):
-    __slots__ = ("env", "lean", "think")
+    __slots__ = ("broken", "env", "lean", "think")
 
     def __init__(self, id: int, profile: Profile | None = None, *, env: EnvClient,
-                 think: float) -> None:
+                 think: float, broken: int = -1) -> None:
         super().__init__(id, profile)
         self.env = env
         self.think = think
+        self.broken = broken
         self.lean = 0.5
 
     async def vote(self, draw: float) -> bool:
+        if self.id == self.broken:
+            raise ValueError(f"voter {self.id} cannot decide")
         share = await self.env.query("yes_share")
         self.lean = 0.8 * self.lean + 0.2 * share
         if self.think:
@@ -51,6 +54,7 @@ class Votes(Scenario):
         start_share: float = 0.6
         think: float = 0.0
         fail_at: int = 0  # a step that raises, for the error tests
+        broken: int = -1  # a voter whose vote raises, for the error tests
 
     async def setup(self, run: Run) -> None:
         env = Env("town")
@@ -58,7 +62,8 @@ class Votes(Scenario):
         env.register("yes_total", 0)
         self.env = await run.serve(env)
         self.voters = await run.create(Voter, init={"env": run.env_client(),
-                                                    "think": run.settings.think})
+                                                    "think": run.settings.think,
+                                                    "broken": run.settings.broken})
         self.history: list[float] = []
 
     async def step(self, run: Run, t: int) -> None:

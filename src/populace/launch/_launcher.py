@@ -16,6 +16,7 @@ import asyncio
 import inspect
 import json
 import signal
+import sys
 import time
 import traceback
 from collections.abc import Coroutine, Sequence
@@ -73,8 +74,9 @@ def _failed(run_file: RunFile, error: BaseException, run_dir: RunDirectory | Non
         saved = run_dir.path / "error.txt"
         saved.write_text("".join(traceback.format_exception(error)))
         kept = f" (traceback in {saved})"
+    notes = "".join(f" ({n})" for n in getattr(error, "__notes__", ()))  # which agent
     return ScenarioFailed(f"{run_file.path}: scenario {where(error, source)}"
-                          f"{type(error).__name__}: {error}{kept}")
+                          f"{type(error).__name__}: {error}{notes}{kept}")
 
 
 def run_until_signalled(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -130,6 +132,20 @@ async def launch(run_file: RunFile, run_dir: RunDirectory | None = None, *,
     raise AssertionError("unreachable")
 
 
+def _user_modules(run_file: RunFile) -> list[str]:
+    """The scenario file's module and the modules it imported from its own folder."""
+    module = run_file.scenario.__module__
+    if not module.startswith(USER_MODULE_PREFIX):
+        return []
+    folder = Path(inspect.getfile(run_file.scenario)).resolve().parent
+    found = [module]
+    for name, other in list(sys.modules.items()):
+        path = getattr(other, "__file__", None)
+        if name != module and path and Path(path).resolve().parent == folder:
+            found.append(name)
+    return found
+
+
 def _summary(run_file: RunFile) -> dict[str, Any]:
     o = run_file.options
     return {"name": o.name, "scenario": run_file.scenario_ref, "status": "running",
@@ -156,6 +172,7 @@ def _resume_point(run_dir: RunDirectory, summary: dict[str, Any]) -> tuple[int, 
     done = point[0] if point is not None else 0
     run_dir.drop_steps_after(done)
     summary["steps"] = before.get("steps", [])[:done]
+    summary["wall_s"] = float(before.get("wall_s", 0.0))  # a resumed run adds its own time
     summary["tables"] = before.get("tables", [])
     summary["resumed_from_step"] = done
     for table in run_dir.partial_tables():
@@ -293,6 +310,7 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
     if resume:
         assert run_dir is not None
         start, restored = _resume_point(run_dir, summary)
+        started -= summary["wall_s"]  # wall time counts every attempt of the run
     for observer in observers:
         observer.run_started(run_file, summary)
     if monitor is not None:
@@ -309,9 +327,9 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
             run_dir.write_config(run_file.resolved())
             if population is not None:
                 run_dir.write_profiles(population)
-        module = run_file.scenario.__module__
-        if o.backend == "ray" and module.startswith(USER_MODULE_PREFIX):
-            ship_by_value(module)  # a scenario file is not importable in Ray's workers
+        if o.backend == "ray":  # a scenario file and its neighbours are not importable there
+            for module in _user_modules(run_file):
+                ship_by_value(module)
         async with Simulation(workers=o.workers, backend=o.backend, seed=o.seed,
                               **o.backend_options()) as sim:
             run = Run(run_file, sim, run_dir, population=population, monitor=monitor,

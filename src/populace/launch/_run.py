@@ -9,7 +9,7 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -249,10 +249,16 @@ class Run:
         }
 
     async def collect(self, answers: PlaceholderSet[Any], *, measure: Measure | None = None,
-                      partial: tuple[str, Rows] | None = None) -> list[Any]:
+                      partial: tuple[str, Rows] | None = None,
+                      on_error: Literal["raise", "return"] = "raise") -> list[Any]:
         """Wait for ``answers``, with progress bars and the studio's live view; returns the
-        results in member order (an exception where an answer failed).
+        results in member order.
 
+        A failed answer (an agent that raised, a model that gave up) raises its error with
+        ``on_error="raise"`` (the default: the run fails, naming it). With
+        ``on_error="return"`` the error takes the answer's place in the list: the scenario
+        records it, and the step's entry counts it (``failed``, and a warning line); a step
+        in which every answer failed raises :class:`AllAnswersFailed` all the same.
         A lost worker raises :class:`~populace.core.WorkerLost` (the launcher recovers); a
         stop request abandons the step. ``partial=(table, rows)`` saves the answers received
         so far every ``checkpoint_minutes`` and when the run stops inside the step.
@@ -280,15 +286,17 @@ class Run:
         lost = next((r for r in results if isinstance(r, WorkerLost)), None)
         if lost is not None:  # never write a step with holes: the resumed run plays it again
             raise lost
-        self._count_failures(results)
+        self._count_failures(results, raise_first=on_error == "raise")
         return results
 
-    def _count_failures(self, results: list[Any]) -> None:
+    def _count_failures(self, results: list[Any], *, raise_first: bool) -> None:
         """Failed answers are counted in the step's entry (``failed``) and shown; a step in
         which every answer failed ends the run as failed."""
         failed = [r for r in results if isinstance(r, BaseException)]
         if not failed:
             return
+        if raise_first:
+            raise failed[0]
         kinds = Counter(error_kind(e) for e in failed)
         kind, count = kinds.most_common(1)[0]
         example = next(e for e in failed if error_kind(e) == kind)

@@ -16,6 +16,7 @@ scenario cannot take is refused the same way whether it came from the file or a 
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -132,12 +133,15 @@ def _import_file(source: Path, path: Path) -> ModuleType:
         raise ConfigError(f"{source}: scenario: cannot import {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and pickling look modules up here
+    if str(path.parent) not in sys.path:  # as for a script: its neighbours import
+        sys.path.insert(0, str(path.parent))
     try:
         spec.loader.exec_module(module)
     except Exception as e:  # the user's file: say where it broke, in one line
         del sys.modules[name]
+        what = e.msg if isinstance(e, SyntaxError) else e  # its str() repeats the line
         raise ConfigError(f"{source}: scenario: {path.name} does not import: "
-                          f"{where(e, path)}{type(e).__name__}: {e}") from None
+                          f"{where(e, path)}{type(e).__name__}: {what}") from None
     return module
 
 
@@ -226,7 +230,12 @@ def parse_run_file(data: dict[str, Any], source: Path,
     settings = dict(settings)
     prefix = "settings." if settings else ""
     for key in [k for k in data if k not in option_keys]:
+        if key not in cls.Settings.model_fields:
+            raise ConfigError(f"{source}: {_unknown(key, cls, option_keys)}")
+        if key in settings:
+            raise ConfigError(f"{source}: {key}: set both at the top and under settings:")
         settings[key] = data.pop(key)
+        prefix = ""  # a mistake is named as written: at the top
     if "rounds" in data and "steps" in data:
         raise ConfigError(f"{source}: rounds: give steps or rounds, not both")
     if "rounds" in data:
@@ -234,13 +243,16 @@ def parse_run_file(data: dict[str, Any], source: Path,
     given = set(data)
     for key, value in (overrides or {}).items():
         if value is not None:
+            if key in COMMON_OPTIONS - cls.options:
+                raise ConfigError(f"--{_FLAGS.get(key, key)}: scenario {cls.name!r} does not "
+                                  f"take {key} (it takes: {_taken(cls)})")
+            _check_flag(key, value)
             data[key] = value
-            given.add(key)
     refused = sorted((given & COMMON_OPTIONS) - cls.options)
     if refused:
         flag = refused[0]
         raise ConfigError(f"{source}: {flag}: scenario {cls.name!r} does not take {flag} "
-                          f"(it takes: {', '.join(sorted(cls.options)) or 'none'})")
+                          f"(it takes: {_taken(cls)})")
     options = _validate(RunOptions, {"name": cls.name, **cls.defaults, **data}, str(source), "")
     checked = _validate(cls.Settings, settings, str(source), prefix)
     config = cls.check({**data, **settings}, str(source))
@@ -252,6 +264,44 @@ def _absolute(ref: str, source: Path) -> str:
     if not file_part.endswith(".py"):
         return ref
     return f"{(source.parent / file_part).resolve()}{colon}{attr}"
+
+
+#: The command-line flag of each overridable run option.
+_FLAGS = {"steps": "rounds"}
+
+
+def _taken(cls: type[Scenario]) -> str:
+    return ", ".join(sorted(cls.options)) or "none"
+
+
+def _key(key: Any) -> str:
+    text = str(key)
+    return text if text and text.isprintable() and text.strip() == text else repr(key)
+
+
+def _unknown(key: Any, cls: type[Scenario], option_keys: set[str]) -> str:
+    """``KEY: unknown key (did you mean …?) (expected one of: …)``, run options and the
+    scenario's settings both named."""
+    options = [k for k in RunOptions.model_fields if k != "settings"] + ["rounds"]
+    fields = list(cls.Settings.model_fields)
+    close = difflib.get_close_matches(str(key), [*options, *fields, "settings"], n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    own = f"; or a setting of {cls.name}: {', '.join(fields)}" if fields else ""
+    return f"{_key(key)}: unknown key{hint} (expected one of: {', '.join(options)}{own})"
+
+
+def _check_flag(key: str, value: Any) -> None:
+    """A bad value given on the command line is blamed on the flag, not the run file."""
+    from pydantic import ValidationError
+
+    try:
+        RunOptions.model_validate({"scenario": "-", key: value,
+                                   **({"backend": "ray"} if key == "address" else {})})
+    except ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        if tuple(first["loc"]) == (key,):
+            raise ConfigError(f"--{_FLAGS.get(key, key)} {value}: "
+                              f"{first['msg'].removeprefix('Value error, ')}") from None
 
 
 def load_run_file(path: str | Path, overrides: dict[str, Any] | None = None) -> RunFile:

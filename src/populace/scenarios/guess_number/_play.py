@@ -292,7 +292,7 @@ class GuessNumber(Scenario):
         ask = Msg("moderator", _round_prompt(config, t, self.last, self.composition_note),
                   metadata={"round": t, "seed": derive_seed(config.seed, t)})
         results = await run.collect(self.players.broadcast(ask), measure=_live,
-                                    partial=("responses", self._rows(t)))
+                                    partial=("responses", self._rows(t)), on_error="return")
         if game.on_model_error == "stop":
             failed = [r for r in results if isinstance(r, ModelError)]
             if failed:
