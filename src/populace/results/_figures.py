@@ -105,7 +105,9 @@ def distribution_figure(run: RunData, name: str) -> Figure | None:
         if d.get("missing"):
             title += f", missing={d['missing']:,}"
         ax.set_title(title, fontsize=8.5)
-    fig.suptitle(f"{run.name}: distribution of {name}")
+    of = (f" ({len(shown)} of {len(per_step)} steps, spread over the run)"
+          if len(shown) < len(per_step) else "")
+    fig.suptitle(f"{run.name}: distribution of {name}{of}")
     fig.supxlabel(name)
     return fig
 
