@@ -114,6 +114,10 @@ def _launch(run_file: RunFile, run_dir: RunDirectory, *, resume: bool, replay: P
         raise  # a run file or run directory that does not fit: exit 2
     except ScenarioFailed as e:  # the scenario's own code broke: one line, the traceback kept
         raise _Fail(str(e), 1) from None
+    except OSError as e:  # a full disk, a directory made read-only under the run
+        where = f"{e.filename}: " if e.filename else ""
+        raise _Fail(f"{where}{e.strerror or e}; finished steps are in {run_dir.path}; "
+                    f"continue with: populace run --resume {run_dir.path}", 1) from None
     except PopulaceError as e:
         raise _Fail(f"{type(e).__name__}: {e}; finished steps are in {run_dir.path}; continue "
                     f"with: populace run --resume {run_dir.path}", 1) from None
@@ -121,6 +125,8 @@ def _launch(run_file: RunFile, run_dir: RunDirectory, *, resume: bool, replay: P
         observer.progress.stop()
         if server is not None:
             server.stop(linger=1.0)  # open pages get the final state first
+        if run_dir.path.is_dir() and not any(run_dir.path.iterdir()):
+            run_dir.path.rmdir()  # failed before writing anything (a preflight): no litter
     out.print(_step_table(summary, run_file.scenario.shown))
     if summary["status"] == "stopped":
         out.print(f"stopped from the studio; finished steps are in {run_dir.path}; continue "

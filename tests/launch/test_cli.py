@@ -231,3 +231,48 @@ def test_wall_time_counts_every_attempt(votes_file: Callable[..., Path],
     run_dir.write_summary(summary)
     whole = asyncio.run(launch(load_run_file(path), run_dir, resume=True))
     assert whole["wall_s"] >= first["wall_s"] + 0.3
+
+
+def test_out_into_a_directory_with_other_files_is_refused(
+    votes_file: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.yaml").write_text("my own notes\n")
+    code, _, stderr = run_in_process(capsys, monkeypatch, "run", votes_file(), "--out", mine)
+    assert code == 2
+    assert stderr.strip() == (f"error: {mine} is not empty and holds no run; choose a new or "
+                              "empty output directory")
+    assert (mine / "config.yaml").read_text() == "my own notes\n"
+
+
+def test_a_full_disk_is_one_line_and_resumable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "full.py").write_text(
+        "import errno\nfrom populace.launch import Scenario\n\n\nclass Full(Scenario):\n"
+        "    async def step(self, run, t):\n        if t == 2:\n"
+        "            raise OSError(errno.ENOSPC, 'No space left on device', '/data/parts')\n"
+        "        run.metric('t', t)\n")
+    path, out = tmp_path / "full.yaml", tmp_path / "out"
+    path.write_text("scenario: full.py:Full\nsteps: 3\n")
+    code, _, stderr = run_in_process(capsys, monkeypatch, "run", path, "--out", out)
+    assert code == 1
+    assert stderr.strip() == (f"error: /data/parts: No space left on device; finished steps "
+                              f"are in {out}; continue with: populace run --resume {out}")
+    summary = read_summary(out)
+    assert (summary["status"], len(summary["steps"])) == ("failed", 1)
+
+
+def test_a_failed_preflight_leaves_no_run_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    votes_file: Callable[..., Path],
+) -> None:
+    path = votes_file(models={"m": {"provider": "openai", "model": "m",
+                                    "base_urls": ["http://127.0.0.1:9/v1"]}})
+    out = tmp_path / "out"
+    code, _, stderr = run_in_process(capsys, monkeypatch, "run", path, "--out", out)
+    assert code == 2
+    assert stderr.startswith("error: models.m: cannot reach http://127.0.0.1:9/v1")
+    assert not out.exists()

@@ -321,6 +321,7 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
                             run_dir=run_dir.path if run_dir is not None else None)
     run: Run | None = None
     stopped = False
+    failure: BaseException | None = None
     try:
         population = await _population(run_file, run_dir, replay)
         if run_dir is not None:
@@ -356,6 +357,7 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
                     await service.aclose()
         summary["status"] = "stopped" if stopped else "completed"
     except BaseException as e:
+        failure = e
         interrupted = isinstance(e, KeyboardInterrupt | asyncio.CancelledError)
         summary["status"] = "interrupted" if interrupted else "failed"
         if not interrupted:  # a clean stop is no error
@@ -375,9 +377,14 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
                 summary["partial_answers"] = saved
         summary["wall_s"] = round(time.perf_counter() - started, 4)
         if run_dir is not None:
-            run_dir.write_summary(json.loads(json.dumps(summary, default=str)))
-            for name in summary["tables"]:
-                run_dir.consolidate(name)
+            try:
+                run_dir.write_summary(json.loads(json.dumps(summary, default=str)))
+                for name in summary["tables"]:
+                    run_dir.consolidate(name)
+            except OSError:
+                if failure is None:
+                    raise  # the run itself went well: this is its failure
+                # else the run's own error (perhaps the same full disk) is the one to tell
         if monitor is not None:
             monitor.run_finished(summary["status"], summary.get("error"))
         for observer in observers:

@@ -87,6 +87,12 @@ class RunDirectory:
         if made.holds_run():
             raise FileExistsError(f"{made.path} already holds a run; choose another output "
                                   "directory")
+        if made.path.is_dir() and any(made.path.iterdir()):
+            # never write a run over someone's files (`--out .` once replaced a config.yaml)
+            raise FileExistsError(f"{made.path} is not empty and holds no run; choose a new "
+                                  "or empty output directory")
+        if made.path.exists() and not made.path.is_dir():
+            raise FileExistsError(f"{made.path} is a file; choose an output directory")
         made.path.mkdir(parents=True, exist_ok=True)
         return made
 
