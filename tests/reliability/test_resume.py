@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from cli_helpers import run_in_process
+from populace.launch import AllAnswersFailed
 from populace.llm import ServerOptions, running_server
 from populace.results import RunDirectory, read_summary, read_table
 from populace.scenarios.guess_number import RunConfig, play
@@ -146,12 +147,15 @@ async def test_replay_with_resume_never_asks_the_model(tmp_path: Path) -> None:
             await fresh(replayed, data, replay=tmp_path / "recorded",
                         reporter=StopInRound(2, after=1))
         asked = await requests_served(url)
-        await resumed(replayed, replay=tmp_path / "recorded")
+        # Round 3 is in no recording: every answer fails, and so does the run (a replay that
+        # does not fit is never a "completed" run of invalid rows).
+        with pytest.raises(AllAnswersFailed, match=r"step 3: all 60 answers failed .*not in "
+                                                   r"the recording"):
+            await resumed(replayed, replay=tmp_path / "recorded")
         assert await requests_served(url) == asked  # --replay asks no model, even resuming
     table = read_table(replayed)
-    assert table.num_rows == 180
-    third = [r for r in table.to_pylist() if r["round"] == 3]
-    assert all(not r["valid"] and "not in the recording" in r["error"] for r in third)
+    assert table.num_rows == 120 and set(table.column("round").to_pylist()) == {1, 2}
+    assert read_summary(replayed)["status"] == "failed"
 
 
 # -- refusals ----------------------------------------------------------------------------------
