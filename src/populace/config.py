@@ -21,6 +21,23 @@ from populace.llm import ModelConfig
 M = TypeVar("M", bound=BaseModel)
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (plain YAML keeps the
+    last one silently: a run would use a value other than the one the user reads)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, list | dict):
+                continue  # unhashable: the safe loader itself reports it
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """The mapping at the top of a YAML file, or ConfigError."""
     p = Path(path)
@@ -31,7 +48,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except OSError as e:
         raise ConfigError(f"{p}: cannot read: {e.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeys)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(p)

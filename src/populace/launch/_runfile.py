@@ -55,15 +55,15 @@ def _default_models() -> dict[str, ModelConfig]:
 class RunOptions(BaseModel):
     """The options of every run, whatever its scenario (the run file's top-level keys)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     scenario: str = Field(min_length=1, description="built-in name, entry point, or file.py:Class")
     name: str = Field("run", min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
-    seed: int = Field(0, ge=0, description="one seed for the whole run")
-    agents: int = Field(100, ge=1, description="number of agents")
-    steps: int = Field(1, ge=1, description="steps (rounds, days, ticks) to play; the run "
-                       "file may call them rounds:")
-    workers: int = Field(1, ge=1, description="worker count (each hosts many agents)")
+    seed: int = Field(0, strict=True, ge=0, description="one seed for the whole run")
+    agents: int = Field(100, strict=True, ge=1, description="number of agents")
+    steps: int = Field(1, strict=True, ge=1, description="steps (rounds, days, ticks) to "
+                       "play; the run file may call them rounds:")
+    workers: int = Field(1, strict=True, ge=1, description="worker count (each hosts many agents)")
     backend: Literal["local", "ray"] = Field("local", description="where workers live")
     address: str | None = Field(None, description="Ray cluster to join ('auto', 'ray://…')")
     models: dict[str, ModelConfig] = Field(default_factory=_default_models, min_length=1)
@@ -218,6 +218,9 @@ def parse_run_file(data: dict[str, Any], source: Path,
     """Check ``data`` (a run file's mapping) with ``overrides`` applied (None values are
     not set). Scenario settings are the ``settings:`` block plus any top-level key that is
     not a run option."""
+    if not data:
+        raise ConfigError(f"{source}: the run file is empty (expected at least scenario: "
+                          "and the run's options)")
     data = {"scenario": DEFAULT_SCENARIO, **data}
     if not isinstance(data["scenario"], str):
         raise ConfigError(f"{source}: scenario: unknown scenario {data['scenario']!r} "

@@ -42,7 +42,7 @@ class ScenarioSettings(BaseModel):
     keys). Subclass it with typed fields and defaults; an unknown key or a wrong value is a
     one-line error naming the run file and the key."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Scenario:

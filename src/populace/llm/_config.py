@@ -16,7 +16,7 @@ from ._scripted import ScriptedModel, ScriptedParams
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class DummyConfig(_Strict):

@@ -116,7 +116,7 @@ def _distribution(table: Any, unit: Literal["weights", "percentages"],
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class AspectConfig(_Strict):
