@@ -53,7 +53,7 @@ class Person(Agent):
         self.env = env
         self.rules = rules
         self.town: str = profile["town"]
-        self.opinion: float = profile["opinion"]
+        self.opinion: float = profile["first_opinion"]
         self.next_opinion = self.opinion
         self.met = 0
         self.agreed = 0
@@ -159,7 +159,7 @@ class Opinions(Scenario):
                                              "town_pull")}
         self.people = await run.create(
             Person, profiles={"town": [self.town_paths[t] for t in self.towns.tolist()],
-                              "opinion": opinions.tolist()},
+                              "first_opinion": opinions.tolist()},
             init={"env": run.env_client(), "rules": rules})
 
     async def step(self, run: Run, t: int) -> None:

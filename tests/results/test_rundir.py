@@ -61,9 +61,15 @@ def test_create_makes_the_directory(tmp_path: Path) -> None:
 
 def test_create_accepts_an_existing_empty_directory(tmp_path: Path) -> None:
     (tmp_path / "out").mkdir()
+    assert RunDirectory.create(tmp_path / "out").path == tmp_path / "out"
+
+
+def test_create_refuses_a_directory_holding_other_files(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
     (tmp_path / "out" / "notes.txt").write_text("mine")
-    rd = RunDirectory.create(tmp_path / "out")
-    assert (rd.path / "notes.txt").read_text() == "mine"
+    with pytest.raises(FileExistsError, match="is not empty and holds no run"):
+        RunDirectory.create(tmp_path / "out")
+    assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
 
 
 def test_create_refuses_a_directory_with_a_summary(tmp_path: Path) -> None:

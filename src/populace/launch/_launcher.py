@@ -339,6 +339,7 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
             try:
                 t_setup = time.perf_counter()
                 await _own(scenario.setup(run), run_file, run_dir)
+                run._write_created_profiles()
                 summary["setup_s"] = round(time.perf_counter() - t_setup, 4)
                 summary["create_s"] = round(run.create_s, 4)
                 if restored is not None:

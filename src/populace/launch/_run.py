@@ -115,6 +115,8 @@ class Run:
         self.services: list[EnvService | RemoteEnvService] = []
         self._ended = False
         self.create_s = 0.0  # seconds spent creating agents
+        self._created: list[pa.Table] = []  # profiles handed to create() (agent_id first)
+        self._profiles_written = False
         self._tables: dict[str, list[pa.Table]] = {}
         self._metrics: dict[str, Any] = {}
         self._distributions: dict[str, dict[str, Any]] = {}
@@ -197,6 +199,9 @@ class Run:
         group = await self.sim.create(cls, self.agents if n is None else n, name=label,
                                       profiles=profiles, init=init, colocate=colocate)
         self.create_s += time.perf_counter() - t0
+        if profiles is not None and self.population is None:
+            given = profiles if isinstance(profiles, pa.Table) else pa.table(dict(profiles))
+            self._created.append(given.add_column(0, "agent_id", pa.array(group.ids)))
         self.groups[label] = (cls, group)
         return group
 
@@ -208,6 +213,18 @@ class Run:
         service = await serve(env, self.sim, max_concurrency=max_concurrency)
         self.services.append(service)
         return service
+
+    def write_profiles(self, table: pa.Table) -> None:
+        """Write the run's ``profiles.parquet`` (``agent_id`` and profile columns: what
+        reports break results down by). By default it holds the population, else the
+        profiles given to :meth:`create`."""
+        self._profiles_written = True
+        if self.run_dir is not None:
+            self.run_dir.write_profiles(table)
+
+    def _write_created_profiles(self) -> None:
+        if self._created and not self._profiles_written and self.population is None:
+            self.write_profiles(pa.concat_tables(self._created, promote_options="default"))
 
     def env_client(self, service: EnvService | RemoteEnvService | None = None) -> PerWorker:
         """An :class:`~populace.environment.EnvClient` per worker for agents' ``init``."""

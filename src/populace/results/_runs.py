@@ -455,7 +455,10 @@ class RunData:
             raise KeyError(f"{self.path}: {by!r} is neither a column of {table!r} nor a "
                            "profile column")
         codes, values = found
-        shown = self.categories().get(by) or values
+        # The profiles' order of the values, unless the table's own column holds others
+        # (a table may write its own ``town`` as ``west`` where the profile says ``a/west``).
+        ordered = self.categories().get(by)
+        shown = ordered if ordered and set(values) <= set(ordered) else values
         step_name = self.step_column(table)
         numbers = self.values(table, column, dropna=False)
         if step_name is None:

@@ -258,8 +258,8 @@ class GuessNumber(Scenario):
                 if name not in ("agent_id", "group"):
                     profiles = profiles.append_column(name, people.column(name))
         self.composition_note = _composition(config, profiles)
+        run.write_profiles(profiles)
         if run.run_dir is not None:
-            run.run_dir.write_profiles(profiles)
             if config.population is not None:
                 written = (profiles.select(["agent_id", "background"])
                            if "background" in profiles.column_names else None)
