@@ -63,9 +63,10 @@ class StepAbandoned(Exception):
 
 
 def as_numbers(values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """The default :data:`Measure`: answers that are numbers, NaN for the others."""
-    numbers = np.fromiter((float(v) if isinstance(v, int | float) and not isinstance(v, bool)
-                           else np.nan for v in values), np.float64, len(values))
+    """The default :data:`Measure`: answers that are numbers (a yes/no as 1/0), NaN for the
+    others."""
+    numbers = np.fromiter((float(v) if isinstance(v, int | float) else np.nan
+                           for v in values), np.float64, len(values))
     return numbers, np.full(len(values), np.nan)
 
 
