@@ -18,8 +18,8 @@ API: dict[str, set[str]] = {
         "LocalBackend", "Memory", "ModelError", "Msg", "PerWorker", "Placeholder",
         "PlaceholderSet", "PopulaceError", "Profile", "ServiceHandle", "ServiceLost",
         "SharedTimers", "Signal", "Simulation", "SimulationClosed", "SimulationStats",
-        "UnobservedFailureWarning", "WorkerLost", "WorkerStats", "derive_seed", "gather",
-        "make_backend", "mix64", "seed_for", "ship_by_value", "unit_float", "wait"},
+        "TaskOwner", "UnobservedFailureWarning", "WorkerLost", "WorkerStats", "derive_seed",
+        "gather", "make_backend", "mix64", "seed_for", "ship_by_value", "unit_float", "wait"},
     "populace.environment": {
         "ClientStats", "DuplicateKeyError", "Env", "EnvClient", "EnvError", "EnvEvent",
         "EnvServedError", "EnvService", "EnvStats", "EnvVerbs", "EventKind", "ListenerError",

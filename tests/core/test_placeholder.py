@@ -76,20 +76,24 @@ async def test_set_exception_moves_to_failed_and_reraises_the_same_error() -> No
     assert "failed" in repr(p)
 
 
-async def test_outcome_is_final_once_done() -> None:
+async def test_a_placeholder_is_set_once() -> None:
     loop = asyncio.get_running_loop()
-    ok: Placeholder[int] = Placeholder(loop)
+    ok: Placeholder[int] = Placeholder(loop, "ok call")
     ok.set_result(1)
-    ok.set_result(2)
-    ok.set_exception(Oops())
+    with pytest.raises(asyncio.InvalidStateError, match="ok call is already done"):
+        ok.set_result(2)
+    with pytest.raises(asyncio.InvalidStateError, match="set only once"):
+        ok.set_exception(Oops())
     assert ok.result() == 1
     assert ok.exception() is None
 
-    failed: Placeholder[int] = Placeholder(loop)
+    failed: Placeholder[int] = Placeholder(loop, "bad call")
     err = Oops("first")
     failed.set_exception(err)
-    failed.set_result(3)
-    failed.set_exception(Oops("second"))
+    with pytest.raises(asyncio.InvalidStateError, match="bad call is already failed"):
+        failed.set_result(3)
+    with pytest.raises(asyncio.InvalidStateError):
+        failed.set_exception(Oops("second"))
     assert failed.exception() is err
 
 
@@ -272,6 +276,51 @@ async def test_wait_timeout_returns_early_with_partial_readiness() -> None:
     assert ready == [ps[2]]
     assert not_ready == [ps[0], ps[1]]
     assert 0.015 <= elapsed < 0.5
+
+
+async def test_timed_out_waits_take_their_wake_ups_back() -> None:
+    # The launcher polls `wait([answers], timeout=0.1)` until a step ends: each timed-out
+    # wait used to leave its wake-up parked on the set (201 after 200 waits).
+    loop = asyncio.get_running_loop()
+    pset: PlaceholderSet[int] = PlaceholderSet(loop, 3, "answers")
+    one: Placeholder[int] = Placeholder(loop, "one")
+    for _ in range(200):
+        ready, not_ready = await wait([pset], timeout=0)
+        assert (ready, not_ready) == ([], [pset])
+        await wait([one, pset], num_returns=2, timeout=0)
+    assert pset._n_waiters() == 0
+    assert one._n_waiters() == 0
+    pset._fill([0, 1, 2], [1, 2, 3])  # still works once the set is done
+    assert await wait([pset], timeout=0) == ([pset], [])
+
+
+async def test_an_early_return_or_a_cancelled_wait_takes_its_wake_ups_back() -> None:
+    loop = asyncio.get_running_loop()
+    slow = placeholders(2)
+    for i in range(50):
+        quick: Placeholder[int] = Placeholder(loop, "quick")
+        loop.call_soon(quick.set_result, i)
+        ready, _ = await wait([quick, *slow], num_returns=1)
+        assert ready == [quick]
+        with pytest.raises(TimeoutError):  # a Task awaiting it, cancelled at the deadline
+            await asyncio.wait_for(slow[0], 0.0005)
+        waiter = asyncio.create_task(gather(*slow))
+        await asyncio.sleep(0)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+    assert [p._n_waiters() for p in slow] == [0, 0]
+    for p in slow:
+        p.set_result(0)
+    assert await gather(*slow) == [0, 0]
+
+
+async def test_wait_on_the_same_placeholder_twice() -> None:
+    p: Placeholder[int] = placeholders(1)[0]  # type: ignore[assignment]
+    assert await wait([p, p], timeout=0) == ([], [p, p])
+    assert p._n_waiters() == 0
+    resolve_later(p, 0.001, 4)
+    assert await wait([p, p]) == ([p, p], [])
 
 
 async def test_wait_defaults_to_all_and_counts_failures_as_ready() -> None:

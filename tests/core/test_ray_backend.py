@@ -6,6 +6,7 @@ import asyncio
 import os
 import pickle
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,10 @@ from populace.core import (  # noqa: E402
     SharedTimers,
     Simulation,
     WorkerLost,
+    WorkerStats,
 )
 from populace.core._ray import RayBackend  # noqa: E402
+from populace.core._worker import WorkerGone  # noqa: E402
 from populace.results import RunDirectory, read_table  # noqa: E402
 from populace.scenarios.guess_number import RunConfig, play  # noqa: E402
 
@@ -137,6 +140,72 @@ async def _until_done(pset: Any) -> None:
         await asyncio.sleep(0.05)
 
 
+def _explode() -> None:
+    raise RuntimeError("this reply cannot be rebuilt here")
+
+
+class Unloadable:
+    """Pickles in the worker; unpickling it in the central process raises."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_explode, ())
+
+
+class Sender(Agent):
+    async def reply(self, msg: Msg) -> Any:
+        if msg.content == "bad":
+            return Unloadable()
+        await asyncio.sleep(msg.metadata["delay"] if msg.metadata else 0.0)
+        return self.id
+
+
+async def test_a_poll_failing_unexpectedly_fails_the_workers_calls_naming_it(
+        cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
+    # Only a dead actor (RayActorError) used to end polling visibly; any other error killed
+    # the poller silently and the worker's calls waited forever.
+    async with Simulation(workers=2, backend="ray") as sim:
+        group = await sim.create(Sender, 4)
+        waiting = group.broadcast(Msg("m", "x", metadata={"delay": 2.0}))
+        await asyncio.sleep(0.2)
+        bad = group[0].reply(Msg("m", "bad"))  # worker 0 holds agents 0-1
+        await asyncio.wait_for(asyncio.shield(_until_done(waiting)), timeout=30)
+        with pytest.raises(WorkerLost, match=r"worker 0 \(pid \d+\) stopped reporting: ") as info:
+            await bad
+        assert "agents 0-1" in str(info.value)
+        errors = waiting.exceptions()
+        assert sorted(errors) == [0, 1]
+        assert "stopped reporting" in str(errors[0])
+        assert waiting.results()[2:] == [2, 3]  # worker 1 goes on
+        assert "worker 0: polling its outcomes failed" in caplog.text
+
+
+async def test_the_poller_reports_any_end_but_cancellation_as_the_workers_loss() -> None:
+    class Poll:  # stands for actor.poll: one outcome per call
+        def __init__(self, *outcomes: Any) -> None:
+            self.outcomes = list(outcomes)
+
+        async def remote(self) -> Any:
+            outcome = self.outcomes.pop(0)
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
+
+    class Actor:
+        poll = Poll(([], WorkerStats(0, 1, 0, 0, 0, 0)), ValueError("bad frame\ndetails"))
+
+    backend = RayBackend()
+    got: list[tuple[int, list[Any]]] = []
+    backend._actors, backend._info = [Actor()], [{"pid": 42}]
+    backend._stats = [WorkerStats(0, 0, 0, 0, 0, 0)]
+    backend._deliver = lambda worker, updates: got.append((worker, updates))
+    await backend._poll(0)
+    assert got[0] == (0, [])
+    [(worker, [gone])] = got[1:]
+    assert worker == 0 and isinstance(gone, WorkerGone)
+    assert str(gone.error) == "worker 0 (pid 42) stopped reporting: ValueError: bad frame"
+    assert isinstance(gone.error.__cause__, ValueError)
+
+
 async def test_stop_removes_every_actor(cluster: Cluster) -> None:
     sim = Simulation(workers=2, backend="ray")
     await sim.start()
@@ -204,12 +273,23 @@ async def test_a_placed_service_is_an_actor_called_by_name(cluster: Cluster) -> 
         title = _cmdline(handle.info["pid"])  # Ray titles the process after the class,
         assert title is None or "Tally" in title  # so it can be found (and killed)
         ray.kill(handle.actor)
+        await _gone(handle.info["pid"])  # ray.kill takes effect a moment later
         with pytest.raises(ServiceLost, match=r"Tally \(pid \d+\) died: "):
             await asyncio.wait_for(handle.call("add", 1), 30)
         kept = await sim.backend.place(Tally, 0)
         assert await kept.call("add", 1) == 1
+    await _gone(kept.info["pid"])
     with pytest.raises(ServiceLost):  # the backend killed what it placed when it stopped
         await asyncio.wait_for(kept.call("add", 1), 30)
+
+
+async def _gone(pid: int, timeout: float = 30.0) -> None:
+    """Wait until process ``pid`` has exited (it runs on this machine: a local cluster)."""
+    deadline = time.monotonic() + timeout
+    while await asyncio.to_thread(Path(f"/proc/{pid}").exists):
+        if time.monotonic() > deadline:
+            pytest.fail(f"process {pid} still alive {timeout} s after it was killed")
+        await asyncio.sleep(0.05)
 
 
 def _cmdline(pid: int) -> str | None:

@@ -12,6 +12,7 @@ import pytest
 from populace.core import (
     Agent,
     Backend,
+    CallTimeout,
     LocalBackend,
     Memory,
     Msg,
@@ -20,10 +21,12 @@ from populace.core import (
     Simulation,
     SimulationClosed,
     UnobservedFailureWarning,
+    WorkerLost,
     gather,
     make_backend,
     wait,
 )
+from populace.core._worker import WorkerGone
 
 
 class Oops(Exception):
@@ -280,6 +283,53 @@ async def test_calls_finishing_after_stop_are_ignored_quietly() -> None:
     assert problems == []
     assert all(isinstance(e, SimulationClosed) for e in pset.results())
     assert isinstance(single.exception(), SimulationClosed)
+
+
+async def test_a_reply_after_its_timeout_is_dropped_quietly() -> None:
+    # Placeholders are set once; a late reply must not try to set a timed-out one again.
+    loop = asyncio.get_running_loop()
+    problems: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: problems.append(context))
+
+    class Late(Agent):
+        async def reply(self, msg: Msg) -> int:
+            await asyncio.sleep(0.02)
+            return self.id
+
+    async with Simulation() as sim:
+        group = await sim.create(Late, 1)
+        p = group[0].options(timeout=0.005).reply(Msg("m", "x"))
+        with pytest.raises(CallTimeout):
+            await p
+        await asyncio.sleep(0.04)  # the reply arrives after the deadline
+        assert problems == []
+        assert sim.statistics().pending_calls == 0
+
+
+async def test_outcomes_from_a_lost_worker_arriving_late_are_dropped() -> None:
+    loop = asyncio.get_running_loop()
+    problems: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: problems.append(context))
+
+    class Timed(Agent):
+        async def reply(self, msg: Msg) -> int:
+            await asyncio.sleep(0.005 if self.id < 2 else 0.02)  # worker 0's finish first
+            return self.id
+
+    async with Simulation(workers=2) as sim:
+        group = await sim.create(Timed, 4)
+        assert [h.worker for h in group] == [0, 0, 1, 1]
+        pset = group.broadcast(Msg("m", "x"))
+        single = group[0].reply(Msg("m", "x"))
+        sim._deliver(0, [WorkerGone(WorkerLost("worker 0 died"))])
+        assert isinstance(single.exception(), WorkerLost)
+        await asyncio.sleep(0.01)  # worker 0 reports anyway (a real lost one cannot)
+        assert not pset.done()
+        await wait([pset])
+        assert problems == []
+        values = pset.results()
+        assert [type(v) for v in values[:2]] == [WorkerLost, WorkerLost]
+        assert values[2:] == [2, 3]
 
 
 async def test_statistics_snapshot() -> None:

@@ -191,6 +191,72 @@ async def test_close_fails_waiting_ops_and_refuses_new_ones() -> None:
         await svc.incr("n")
 
 
+async def test_closing_at_once_fails_an_async_update_that_never_started() -> None:
+    # Cancelled before its task ever ran, the update used to leave its op pending forever.
+    svc = EnvService()
+    await svc.register("n", 0)
+
+    async def plus_one(old: int) -> int:
+        await asyncio.sleep(0)
+        return old + 1  # pragma: no cover
+
+    reply = svc.submit([Op.update("n", plus_one), Op.incr("n")])
+    await svc.aclose()
+    assert reply.done()
+    assert [type(e) for e in reply.result().errors.values()] == [ServiceClosed] * 2
+    assert "during this update" in str(reply.result().errors[0])
+
+
+class Abort(BaseException):
+    """Not an Exception: slips past ``except Exception``."""
+
+
+async def test_an_async_update_raising_a_base_exception_fails_its_op_alone() -> None:
+    svc = EnvService()
+    await svc.register("n", 0)
+
+    async def aborts(old: int) -> int:
+        await asyncio.sleep(0)
+        raise Abort("gave up")
+
+    with pytest.raises(Abort, match="gave up"):
+        await asyncio.wait_for(svc.update("n", fn=aborts), 5)
+    assert await svc.incr("n") == 1  # the key was let go; the service goes on
+    assert svc.statistics().active == 0
+    await svc.aclose()
+
+
+async def test_a_failure_of_the_services_own_bookkeeping_surfaces(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A bug that ends an update's task unexpectedly used to die with the task, leaving the
+    # ops queued behind it waiting forever.
+    svc = EnvService(max_concurrency=1)
+    await svc.register("n", 0)
+    gate = asyncio.Event()
+
+    async def held(old: int) -> int:
+        await gate.wait()
+        return old + 1
+
+    def broken_pump() -> None:
+        raise RuntimeError("queue bookkeeping bug")
+
+    first = asyncio.create_task(svc.update("n", fn=held))
+    await asyncio.sleep(0)
+    queued = asyncio.create_task(svc.incr("n"))
+    await asyncio.sleep(0)
+    monkeypatch.setattr(svc, "_pump", broken_pump)
+    gate.set()
+    assert await asyncio.wait_for(first, 5) == 1  # settled before the bug struck
+    with pytest.raises(ServiceClosed, match="RuntimeError: queue bookkeeping bug"):
+        await asyncio.wait_for(queued, 5)
+    with pytest.raises(ServiceClosed, match="failed and takes no more operations") as info:
+        await svc.incr("n")
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert "background task update 'n' failed" in caplog.text
+    await svc.aclose()
+
+
 async def test_client_sends_one_batch_per_tick() -> None:
     svc = EnvService()
     await svc.register("n", 0)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from populace.core import PopulaceError
 from populace.results import (
     CheckpointError,
     latest_checkpoint,
@@ -46,8 +47,9 @@ def test_damage_is_detected(tmp_path: Path, damage: str) -> None:
     else:
         data = bytearray()
     path.write_bytes(bytes(data))
-    with pytest.raises(CheckpointError, match=str(path)):
+    with pytest.raises(CheckpointError, match=str(path)) as info:
         read_checkpoint(path)
+    assert isinstance(info.value, PopulaceError)  # the CLI shows it as one line
 
 
 def test_latest_skips_damaged_and_later_rounds(tmp_path: Path) -> None:

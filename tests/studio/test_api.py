@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from populace.core import PopulaceError
 from populace.results import read_summary, read_table
-from populace.studio import Runs
+from populace.studio import AgentQueryError, NotFound, Refused, Runs, UnknownAgent
 
 Wait = Callable[..., None]
 
@@ -65,6 +66,21 @@ def test_the_runs_list_skips_folders_that_hold_no_run(client: TestClient,
 ])
 def test_no_endpoint_reads_outside_the_runs(client: TestClient, path: str) -> None:
     assert client.get(path).status_code == 404
+
+
+@pytest.mark.parametrize(("error", "builtin"), [
+    (NotFound, LookupError), (Refused, Exception), (AgentQueryError, ValueError),
+    (UnknownAgent, LookupError)])
+def test_the_studios_errors_are_populace_errors_and_keep_their_builtin_base(
+        error: type[Exception], builtin: type[Exception]) -> None:
+    assert issubclass(error, PopulaceError) and issubclass(error, builtin)
+
+
+def test_the_runs_of_a_request_raise_populace_errors(runs: Runs) -> None:
+    with pytest.raises(PopulaceError, match="nope"):
+        runs.path("nope")
+    with pytest.raises(LookupError):  # an existing `except LookupError` still catches it
+        runs.path("nope")
 
 
 def test_a_finished_run_is_rebuilt_from_disk(client: TestClient, workspace: Path) -> None:

@@ -21,6 +21,7 @@ from ._placeholder import Placeholder, PlaceholderSet, UnobservedFailureWarning,
 from ._runtime import Simulation, SimulationStats
 from ._seeding import derive_seed, mix64, seed_for, unit_float
 from ._shipping import ship_by_value
+from ._tasks import TaskOwner
 from ._worker import WorkerStats
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "Simulation",
     "SimulationClosed",
     "SimulationStats",
+    "TaskOwner",
     "UnobservedFailureWarning",
     "WorkerLost",
     "WorkerStats",

@@ -56,6 +56,11 @@ class Signal:
         else:
             self._parked.append(fn)
 
+    def _unpark(self, fn: Callable[[], Any]) -> None:
+        """Take back a wake-up parked while pending (its waiter was cancelled)."""
+        if not self._fired:
+            self._parked.remove(fn)
+
     # asyncio-style callbacks; ordinary Tasks await a Signal through _task_wait.
     def get_loop(self) -> asyncio.AbstractEventLoop:
         return self._loop

@@ -5,10 +5,16 @@ Every error Populace raises on its own account derives from :class:`PopulaceErro
     PopulaceError
     ├── ConfigError        a config file or argument is invalid (the CLI exits 2)
     ├── ModelError         an LLM call failed after its last retry
-    ├── WorkerLost         a worker process died, taking its agents with it
+    ├── WorkerLost         a worker process died (or stopped reporting), taking its agents
+    │                      with it
     ├── CallTimeout        an agent call did not finish within its deadline
     ├── SimulationClosed   the simulation was stopped while a call was pending
     └── ServiceLost        a service placed by a backend (Backend.place) is gone
+
+The other layers' errors derive from it too: ``EnvError`` and its subclasses
+(environment), ``CheckpointError`` (results), and the studio's ``NotFound``, ``Refused``,
+``AgentQueryError`` and ``UnknownAgent`` (each keeping its builtin base, such as
+``LookupError``, so ``except LookupError`` still catches it).
 
 Errors raised by user code inside an agent are *not* wrapped: they re-raise with their
 original type where the placeholder is consumed, with a note naming the agent.
@@ -30,7 +36,8 @@ class ModelError(PopulaceError):
 
 
 class WorkerLost(PopulaceError):
-    """A worker died; the message names the worker and the agents it held."""
+    """A worker died, or nothing more can be heard from it; the message names the worker,
+    the cause and the agents it held."""
 
 
 class CallTimeout(PopulaceError, TimeoutError):

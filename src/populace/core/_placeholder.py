@@ -72,8 +72,17 @@ def _task_wait(waitable: Any) -> Generator[Any, None, None]:
     only that task's wait.
     """
     fut = waitable._loop.create_future()
-    waitable._park(lambda: fut.done() or fut.set_result(None))
-    yield from fut.__await__()
+
+    def wake() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    waitable._park(wake)
+    try:
+        yield from fut.__await__()
+    finally:
+        if not waitable.done():  # the task stopped waiting (cancelled, timed out)
+            waitable._unpark(wake)
 
 
 class _Awaitable:
@@ -135,6 +144,17 @@ class _Awaitable:
             self._parked = [fn]
         else:
             self._parked.append(fn)
+
+    def _unpark(self, fn: Callable[[], Any]) -> None:
+        """Take back a wake-up ``fn`` parked while pending, for a waiter that stopped waiting
+        (a timeout, a cancellation): Trio's ``ParkingLot`` abort. Without it, a loop of
+        timed-out waits would leave one closure here per try until this object is done."""
+        if self._parked is not None:
+            self._parked.remove(fn)
+
+    def _n_waiters(self) -> int:
+        """How many wake-ups and done callbacks are registered now (for leak checks)."""
+        return len(self._parked or ()) + len(self._callbacks or ())
 
     def _fire(self) -> None:
         parked, self._parked = self._parked, None
@@ -201,21 +221,34 @@ class Placeholder(_Awaitable, Generic[T]):
         self._observe()
         return self._value, self._error
 
+    # A placeholder is set once, as SimPy's Event is triggered once: a second outcome means a
+    # call was delivered twice, or a race (a late reply after a timeout) was not settled
+    # where it happens, and ignoring it would hide that. It raises InvalidStateError, as
+    # asyncio.Future.set_result does: it is a programming error, not the failure of a call
+    # (so not a PopulaceError, which the CLI prints as one quiet line). No caller relies on
+    # the old silent ignore: the runtime takes a call out of its registry before settling
+    # it (a timeout, a lost worker, stop()), and a late reply finds nothing there
+    # (_runtime.Simulation._deliver).
     def set_result(self, value: T) -> None:
-        """Resolve with ``value`` (ignored if already done, e.g. after a timeout)."""
+        """Resolve with ``value``; ``InvalidStateError`` if already done."""
         if self.done():
-            return
+            raise self._already_set()
         self._value = value
         self._fire()
 
     def set_exception(self, error: BaseException) -> None:
-        """Fail with ``error`` (ignored if already done)."""
+        """Fail with ``error``; ``InvalidStateError`` if already done."""
         if self.done():
-            return
+            raise self._already_set()
         self._error = error
         if self._ledger is not None:
             self._ledger.add(self)
         self._fire()
+
+    def _already_set(self) -> asyncio.InvalidStateError:
+        state = "failed" if self._error is not None else "done"
+        return asyncio.InvalidStateError(
+            f"{self._origin} is already {state}: a placeholder is set only once")
 
     def __await__(self) -> Generator[Any, None, T]:
         return super().__await__()  # typed: awaiting gives T
@@ -359,6 +392,7 @@ class PlaceholderSet(_Awaitable, Generic[T]):
 
     # -- filled by the runtime ---------------------------------------------------------------
     def _fill(self, positions: Sequence[int], values: Sequence[Any]) -> None:
+        self._check_room(len(positions))
         vals = self._values
         for pos, v in zip(positions, values, strict=True):
             vals[pos] = v
@@ -373,6 +407,7 @@ class PlaceholderSet(_Awaitable, Generic[T]):
             self._fire()
 
     def _fail(self, positions: Sequence[int], errors: Sequence[BaseException]) -> None:
+        self._check_room(len(positions))
         if self._ledger is not None and not self._errors:
             self._ledger.add(self)
         for pos, e in zip(positions, errors, strict=True):
@@ -385,6 +420,15 @@ class PlaceholderSet(_Awaitable, Generic[T]):
             fn((), errors)
         if self.done():
             self._fire()
+
+    def _check_room(self, n: int) -> None:
+        # Members are set once too; a full check per member would slow the hot path, but
+        # more outcomes than members always means one was delivered twice (and a set that
+        # counted itself done early would hand out the pending marker as a value).
+        if self._n_done + n > len(self._values):
+            raise asyncio.InvalidStateError(
+                f"{self._origin}: {n} more outcomes for {len(self._values) - self._n_done} "
+                "members still pending: a member is set only once")
 
     def _fail_pending(self, error: BaseException, positions: Iterable[int] | None = None) -> None:
         """Fail every member (of ``positions``, default all) that has no outcome yet."""
@@ -443,6 +487,9 @@ async def _until(items: list[AnyPlaceholder], count: int, timeout: float | None)
     finally:
         if handle is not None:
             handle.cancel()
+        for p in items:  # still pending: timed out, enough others done, or cancelled
+            if not p.done():
+                p._unpark(one_done)
 
 
 async def gather(*items: AnyPlaceholder, return_exceptions: bool = False) -> list[Any]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import threading
@@ -28,6 +29,7 @@ from ._columnar import pack
 from ._errors import ConfigError, ServiceLost, WorkerLost
 from ._gc import tune_gc
 from ._placeholder import Placeholder
+from ._tasks import TaskOwner
 from ._walk import replace
 from ._worker import (
     CallDone,
@@ -38,6 +40,8 @@ from ._worker import (
     WorkerGone,
     WorkerStats,
 )
+
+logger = logging.getLogger("populace.core")
 
 
 class WorkerActor:
@@ -57,7 +61,7 @@ class WorkerActor:
         self.results: OrderedDict[int, tuple[Any, BaseException | None]] = OrderedDict()
         self.waiting: dict[int, list[asyncio.Future[Any]]] = {}
         self.peers: dict[int, Any] = {}
-        self.fetches: set[asyncio.Task[None]] = set()
+        self.fetches = TaskOwner(f"worker {index}'s dependency fetches")
 
     async def ready(self) -> dict[str, Any]:
         import ray
@@ -117,10 +121,8 @@ class WorkerActor:
                 fetch.set_exception(error)
             else:
                 fetch.set_result(value)
-            self.fetches.discard(task)
 
-        task = loop.create_task(get())
-        self.fetches.add(task)  # owned until done
+        self.fetches.start(get(), name=f"fetch call {ref.call_id} from worker {ref.owner}")
         return fetch
 
     async def result(self, call_id: int) -> tuple[Any, BaseException | None]:
@@ -154,6 +156,7 @@ class WorkerActor:
         return self.worker.statistics()
 
     async def close(self) -> None:
+        await self.fetches.aclose()
         if self.worker is not None:
             await self.worker.aclose()
 
@@ -245,7 +248,7 @@ class RayBackend:
         self._actors: list[Any] = []
         self._info: list[dict[str, Any]] = []
         self._stats: list[WorkerStats] = []
-        self._pollers: list[asyncio.Task[None]] = []
+        self._pollers = TaskOwner("the Ray backend's pollers")
         self._started_ray = False
         self._group = f"populace-{uuid.uuid4().hex[:8]}"
         self._deliver: Deliver | None = None
@@ -333,26 +336,40 @@ class RayBackend:
                 self._actors[i] = place(i, nodes)
         self._info = info
         self._stats = [WorkerStats(i, 0, 0, 0, 0, 0) for i in range(n_workers)]
-        loop = asyncio.get_running_loop()
-        self._pollers = [loop.create_task(self._poll(i)) for i in range(n_workers)]
+        for i in range(n_workers):
+            self._pollers.start(self._poll(i), name=f"poll worker {i}")
 
     async def _poll(self, index: int) -> None:
+        """Hand worker ``index``'s outcomes to the runtime until it is gone.
+
+        Once this loop ends, nothing more is heard from the worker, so its pending calls
+        could only wait forever: every end but cancellation (its actor died, or anything
+        else -- a reply that cannot be unpickled here, a bug) is reported as the loss of
+        the worker, naming the cause.
+        """
         import ray
 
         actor = self._actors[index]
         assert self._deliver is not None
-        while True:
-            try:
+        try:
+            while True:
                 updates, stats = await actor.poll.remote()
-            except ray.exceptions.RayActorError as e:
-                self._deliver(index, [WorkerGone(WorkerLost(
-                    f"worker {index} (pid {self._info[index]['pid']}) died: {_cause(e)}"))])
-                return
-            self._stats[index] = stats
-            self._deliver(index, updates)
+                self._stats[index] = stats
+                self._deliver(index, updates)
+        except ray.exceptions.RayActorError as e:
+            lost = WorkerLost(f"worker {index} (pid {self._info[index]['pid']}) died: "
+                              f"{_cause(e)}")
+        except Exception as e:
+            logger.error("worker %d: polling its outcomes failed", index, exc_info=e)
+            what, detail = type(e).__name__, _cause(e)
+            lost = WorkerLost(f"worker {index} (pid {self._info[index]['pid']}) stopped "
+                              f"reporting: {what}" + (f": {detail}" if detail != what else ""))
+            lost.__cause__ = e
+        self._deliver(index, [WorkerGone(lost)])
 
     async def create(self, worker: int, cls: type[Agent], ids: Sequence[int],
                      columns: dict[str, list[Any]] | None, init: dict[str, Any]) -> int:
+        self._pollers.raise_failure()  # a poller that could not even report a lost worker
         local: int = await self._actors[worker].create.remote(cls, ids, columns, init)
         return local
 
@@ -389,12 +406,7 @@ class RayBackend:
         services, self._services = self._services, []
         for service in services:
             service.kill()
-        for t in self._pollers:
-            t.cancel()
-        for t in self._pollers:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
-        self._pollers = []
+        await self._pollers.aclose()
         for a in self._actors:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(a.close.remote(), timeout=5)

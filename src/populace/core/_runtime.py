@@ -444,6 +444,7 @@ class Simulation:
             for seg, w in enumerate(workers):
                 if w == worker:
                     pset._fail_pending(lost, positions[seg])
+                    workers[seg] = -1  # given up: a chunk of it arriving late is dropped
             if pset.done():
                 del self._batches[batch_id]
 
@@ -457,7 +458,9 @@ class Simulation:
                 entry = self._batches.get(u.batch_id)
                 if entry is None:
                     continue  # stopped meanwhile
-                pset, positions, _ = entry
+                pset, positions, workers = entry
+                if workers[u.segment] < 0:
+                    continue  # its worker was lost meanwhile: those members failed already
                 seg = positions[u.segment]
                 if type(u.values) is PackedReplies:
                     u.values = u.values.unpack()

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import inspect
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from populace.core import Placeholder, Signal
+from populace.core import Placeholder, Signal, TaskOwner
 
 from ._env import Env, EnvEvent, EnvStats, EventKind
 from ._errors import ServiceClosed, UnknownKeyError
@@ -138,7 +139,9 @@ class EnvService(SubmitVerbs):
         self._peak_queued = 0
         self._n_ops = 0
         self._n_batches = 0
-        self._tasks: set[asyncio.Task[None]] = set()
+        # Async updates in progress; a failure of the service's own bookkeeping in one of
+        # them breaks the service (_broke) rather than being lost with the task.
+        self._tasks = TaskOwner("the environment service", on_error=self._broke)
         self._closed = False
 
     @property
@@ -165,7 +168,7 @@ class EnvService(SubmitVerbs):
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
         if self._closed:
-            raise ServiceClosed("the environment service is closed")
+            raise self._refusal()
         n = len(ops)
         reply = Reply([None] * n)
         placeholder: Placeholder[Reply] = Placeholder(loop, "environment batch")
@@ -183,7 +186,7 @@ class EnvService(SubmitVerbs):
         if not self._queues and self._active < self._max and op.kind != "update":
             # Nothing waits anywhere: a synchronous op is admitted and done at once.
             if self._closed:
-                raise ServiceClosed("the environment service is closed")
+                raise self._refusal()
             env = self._envs.get(op.env) or self._find(op.env)
             self._n_ops += 1
             return apply_now(env, op)
@@ -263,33 +266,37 @@ class EnvService(SubmitVerbs):
             else:
                 sink.done(i, value)
             return True
-        assert self._loop is not None
         self._active += 1
         if qkey not in self._queues:
             self._queues[qkey] = deque()
-        task = self._loop.create_task(self._hold(qkey, env, op.key, new, sink, i))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        coro = new if inspect.iscoroutine(new) else _finish(new)
+        self._tasks.start(coro, name=f"update {op.key!r}",
+                          then=lambda task: self._release(qkey, env, op.key, sink, i, task))
         return False
 
-    async def _hold(self, qkey: QueueKey, env: Env, key: str, pending: Awaitable[Any],
-                    sink: _Sink, i: int) -> None:
-        """Finish an async read-modify-write, then let the next op on its key go."""
+    def _release(self, qkey: QueueKey, env: Env, key: str, sink: _Sink, i: int,
+                 task: asyncio.Task[Any]) -> None:
+        """An async read-modify-write ended (done, failed, or cancelled, even before it
+        ran): settle its op, then let the next op on its key go."""
         try:
-            new = await pending
-            value = env.update(key, new)
-        except asyncio.CancelledError:
-            sink.failed(i, ServiceClosed("the environment service closed during this update"))
-            raise
-        except Exception as error:
-            sink.failed(i, error)
-        else:
-            sink.done(i, value)
+            if task.cancelled():
+                sink.failed(i, self._refusal() if self._tasks.failure is not None else
+                            ServiceClosed("the environment service closed during this update"))
+            elif (error := task.exception()) is not None:
+                sink.failed(i, error)  # whatever the function raised is the op's error
+            else:
+                try:
+                    value = env.update(key, task.result())
+                except Exception as e:
+                    sink.failed(i, e)
+                else:
+                    sink.done(i, value)
         finally:
             self._active -= 1
-            if self._queues[qkey]:
+            queue = self._queues.get(qkey)
+            if queue:
                 self._ready.append(qkey)
-            else:
+            elif queue is not None:
                 del self._queues[qkey]
             if not self._closed:
                 self._pump()
@@ -349,21 +356,35 @@ class EnvService(SubmitVerbs):
 
     async def aclose(self) -> None:
         """Refuse new ops, cancel async updates in progress, fail the waiting ops."""
-        if self._closed:
-            return
         self._closed = True
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.aclose()
+        self._fail_queued(lambda: ServiceClosed(
+            "the environment service closed before this operation ran"))
+
+    def _fail_queued(self, error: Callable[[], BaseException]) -> None:
         queues, self._queues = self._queues, {}
         self._ready.clear()
         self._queued = 0
         for queue in queues.values():
             for entry in queue:
-                entry.sink.failed(entry.index, ServiceClosed(
-                    "the environment service closed before this operation ran"))
+                entry.sink.failed(entry.index, error())
+
+    def _broke(self, error: BaseException) -> None:
+        """The service's own bookkeeping failed (a bug): its queues can no longer be
+        trusted, so it fails the ops waiting in them, cancels the updates in progress and
+        refuses new ops, each time naming ``error``."""
+        self._closed = True
+        self._tasks.cancel()
+        self._fail_queued(self._refusal)
+
+    def _refusal(self) -> ServiceClosed:
+        failure = self._tasks.failure
+        if failure is None:
+            return ServiceClosed("the environment service is closed")
+        refused = ServiceClosed(f"the environment service failed and takes no more "
+                                f"operations: {type(failure).__name__}: {failure}")
+        refused.__cause__ = failure
+        return refused
 
     async def __aenter__(self) -> EnvService:
         return self
@@ -476,6 +497,10 @@ class EnvClient(EnvVerbs):
         pending = len(self._batch.ops) if self._batch is not None else 0
         return ClientStats(self._n_batches, self._n_ops, self._largest, pending,
                            self._n_coalesced)
+
+
+async def _finish(pending: Awaitable[Any]) -> Any:
+    return await pending
 
 
 def _coalesce(ops: list[Op]) -> tuple[list[Op], list[int] | None]:

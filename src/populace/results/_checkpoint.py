@@ -17,10 +17,12 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+from populace.core import PopulaceError
+
 _MAGIC = "populace-checkpoint/2"
 
 
-class CheckpointError(Exception):
+class CheckpointError(PopulaceError):
     """A checkpoint file is missing, truncated or fails its checksum."""
 
 

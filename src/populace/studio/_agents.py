@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from populace.core import PopulaceError
 from populace.results import RunDirectory
 
 MAX_PAGE = 200
@@ -35,11 +36,11 @@ _HIDDEN = ("background",)  # long text: shown on the agent's own page only
 _STEP_COLUMNS = ("step", "round")  # a per-step table's step column ("round": the game's)
 
 
-class AgentQueryError(ValueError):
+class AgentQueryError(PopulaceError, ValueError):
     """A filter the browser cannot apply; the message is one line for the user."""
 
 
-class UnknownAgent(LookupError):
+class UnknownAgent(PopulaceError, LookupError):
     """The run has no agent with that id."""
 
 

@@ -37,11 +37,11 @@ MAX_CONFIGS = 200
 MAX_RUNS = 500
 
 
-class NotFound(LookupError):
+class NotFound(PopulaceError, LookupError):
     """No such run (or an id that could not name one)."""
 
 
-class Refused(Exception):
+class Refused(PopulaceError):
     """A request the studio will not carry out; the message is one line for the user."""
 
 
