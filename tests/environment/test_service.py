@@ -343,3 +343,21 @@ async def test_client_of_a_closed_service_fails_each_op_with_its_own_error() -> 
                                    return_exceptions=True)
     assert all(isinstance(r, ServiceClosed) for r in results)
     assert results[0] is not results[1]
+
+
+async def test_a_service_whose_batch_fails_fails_the_clients_ops_never_hangs_them() -> None:
+    import asyncio as aio
+
+    from populace.core import Placeholder
+
+    class Broken:
+        """A user's own service: its placeholder fails instead of carrying a Reply."""
+
+        def submit(self, ops):  # type: ignore[no-untyped-def]
+            p: Placeholder[Any] = Placeholder(aio.get_running_loop(), "broken batch")
+            aio.get_running_loop().call_soon(p.set_exception, RuntimeError("service broke"))
+            return p
+
+    client = EnvClient(Broken())  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="service broke"):
+        await aio.wait_for(client.query("anything"), 5)

@@ -105,7 +105,10 @@ class RemoteEnvService(SubmitVerbs):
         future = self._handle.call("apply_batch", list(ops))
 
         def done(f: asyncio.Future[Reply]) -> None:
-            error = f.exception()
+            # A cancelled call (the service closing under it) fails its ops, never hangs them.
+            error: BaseException | None = (ServiceClosed("the environment service call was "
+                                                         "cancelled") if f.cancelled()
+                                           else f.exception())
             if error is None:
                 placeholder.set_result(f.result())
                 return

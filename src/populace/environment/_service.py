@@ -479,9 +479,21 @@ class EnvClient(EnvVerbs):
             self._deliver(batch, Reply([None] * n, {i: copy.copy(error) for i in range(n)}))
             return
         if placeholder.done():
-            self._deliver(batch, placeholder.result(), where)
+            self._settled(batch, placeholder, where)
         else:
-            placeholder.add_done_callback(lambda p: self._deliver(batch, p.result(), where))
+            placeholder.add_done_callback(lambda p: self._settled(batch, p, where))
+
+    def _settled(self, batch: _Batch, placeholder: Placeholder[Reply],
+                 where: list[int] | None) -> None:
+        """Deliver a service's reply; a service whose placeholder failed instead (one of a
+        user's own) fails every op of the batch with that error, never hangs its agents."""
+        try:
+            reply = placeholder.result()
+        except Exception as error:
+            n = len(batch.ops)
+            self._deliver(batch, Reply([None] * n, {i: copy.copy(error) for i in range(n)}))
+            return
+        self._deliver(batch, reply, where)
 
     def _deliver(self, batch: _Batch, reply: Reply, where: list[int] | None = None) -> None:
         if where is not None:  # fan the coalesced reads back out, one error copy per op
