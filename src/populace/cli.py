@@ -237,6 +237,9 @@ def studio(
         server.serve()
     except KeyboardInterrupt:
         pass
+    except Terminated:
+        out.print("studio stopped")
+        raise typer.Exit(EXIT_TERMINATED) from None
     out.print("studio stopped")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -153,3 +154,27 @@ def test_a_busy_port_is_one_clear_line(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert err.strip().splitlines() == [
         f"error: studio: cannot listen on 127.0.0.1:{port}: Address already in use"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_to_the_studio_stops_its_runs_cleanly(
+        tmp_path: Path, processes: list[subprocess.Popen[str]], sig: signal.Signals) -> None:
+    votes = Path(__file__).parents[1] / "launch" / "votes.py"
+    (tmp_path / "long.yaml").write_text(
+        f"scenario: {votes}:Votes\nname: long\nagents: 50\nsteps: 50\n"
+        "settings: {think: 0.3}\n")
+    proc = spawn("studio", "--port", "0", "--runs", tmp_path / "runs", cwd=tmp_path)
+    processes.append(proc)
+    base = url_from(proc).rstrip("/")
+    run_id = httpx.post(f"{base}/api/runs", json={"config": "long.yaml"}).json()["id"]
+    deadline = time.monotonic() + 60
+    while httpx.get(f"{base}/api/runs/{run_id}").json()["steps_done"] < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert "Traceback" not in err and "studio stopped" in out
+    assert proc.returncode == (143 if sig == signal.SIGTERM else 0), err
+    summary = json.loads((tmp_path / "runs" / run_id / "summary.json").read_text())
+    assert summary["status"] == "stopped", summary  # not left "running"
+    assert 1 <= len(summary["steps"]) < 50

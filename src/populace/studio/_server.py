@@ -3,10 +3,13 @@ before anything starts), in the calling thread or in a background one."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 import time
 from typing import Any
+
+from populace.launch import Terminated
 
 from ._app import create_app
 from ._runs import Runs
@@ -53,11 +56,21 @@ class StudioServer:
         return self._server
 
     def serve(self) -> None:
-        """Serve in this thread until Ctrl-C; then stop the runs started here."""
+        """Serve in this thread until Ctrl-C or SIGTERM; then stop the runs started here
+        (each saves what its step received and ends ``stopped``). SIGTERM raises
+        :class:`~populace.launch.Terminated` once they have."""
+        def terminate(signum: int, frame: Any) -> None:
+            raise Terminated()
+
+        # uvicorn handles both signals while it serves, then hands each to the handler that
+        # was there before it: a default SIGTERM would end the process on the spot,
+        # abandoning the runs started here.
+        before = signal.signal(signal.SIGTERM, terminate)
         try:
             self._make().run(sockets=[self._sock])
         finally:
             self.runs.shutdown()
+            signal.signal(signal.SIGTERM, before)
 
     def start(self) -> None:
         """Serve from a background thread (for ``populace run --studio`` and tests)."""
