@@ -112,3 +112,36 @@ def test_a_ray_worker_killed_mid_step_is_recovered(
     assert "restarting the workers from the last checkpoint" in warnings[0]
     assert_equal_rows(out, name, undisturbed)  # the local backend's rows, too
     assert read_summary(out)["resumed_from_step"] == 1
+
+
+@pytest.mark.parametrize("harm", ["delete", "flip"])
+def test_a_damaged_step_file_is_refused_on_resume_and_nothing_is_touched(
+    tmp_path: Path, populace: Callable[..., Any], harm: str,
+) -> None:
+    import asyncio
+
+    from populace.launch import launch, load_run_file
+    from populace.results import RunDirectory
+
+    path = write(tmp_path, "votes", settings={"think": 0.0})
+    run_dir = RunDirectory.create(tmp_path / "out")
+    asyncio.run(launch(load_run_file(path, {"steps": 2}), run_dir))
+    summary = read_summary(run_dir.path)
+    summary.update(status="interrupted", steps_planned=3)  # as a run stopped after step 2
+    run_dir.write_summary(summary)
+    (run_dir.path / "votes.parquet").unlink()
+    victim = run_dir.path / "parts" / "votes-r00001.parquet"
+    if harm == "delete":
+        victim.unlink()
+    else:
+        data = bytearray(victim.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        victim.write_bytes(bytes(data))
+    before = sorted(p.name for p in (run_dir.path / "parts").iterdir())
+    rc, _, stderr = populace("run", "--resume", run_dir.path).finish(timeout=60)
+    assert rc == 2, stderr
+    state = "missing" if harm == "delete" else "damaged"
+    assert stderr.strip() == (f"error: {run_dir.path}: cannot resume: parts/votes-r00001.parquet "
+                              f"({state}) changed since step 2 was checkpointed; restore the "
+                              "file(s), or start the run again")
+    assert sorted(p.name for p in (run_dir.path / "parts").iterdir()) == before

@@ -170,6 +170,13 @@ def _resume_point(run_dir: RunDirectory, summary: dict[str, Any]) -> tuple[int, 
                               f"run was made with {key} {before[key]}")
     point = latest_checkpoint(run_dir.path, up_to=len(before.get("steps", [])))
     done = point[0] if point is not None else 0
+    digests = point[1].get("parts", {}) if point is not None else {}
+    damaged = run_dir.damaged_parts(digests)
+    if damaged:  # refuse before touching anything: the run directory stays as it is
+        raise ConfigError(f"{run_dir.path}: cannot resume: {', '.join(damaged[:3])}"
+                          f"{f' and {len(damaged) - 3} more' if len(damaged) > 3 else ''} "
+                          f"changed since step {done} was checkpointed; restore the file(s), "
+                          "or start the run again")
     run_dir.drop_steps_after(done)
     summary["steps"] = before.get("steps", [])[:done]
     summary["wall_s"] = float(before.get("wall_s", 0.0))  # a resumed run adds its own time
@@ -228,7 +235,7 @@ async def _checkpoint(run: Run, scenario: Scenario, t: int) -> None:
         agents[label] = await group.map(cls.get_state)
     envs = [await service.fetch_state() for service in run.services]
     write_checkpoint(run.run_dir.path, t, {"scenario": scenario.get_state(), "agents": agents,
-                                           "envs": envs})
+                                           "envs": envs, "parts": dict(run.digests)})
 
 
 async def _restore(run: Run, scenario: Scenario, state: dict[str, Any]) -> None:
@@ -282,7 +289,8 @@ async def _step(run: Run, scenario: Scenario, t: int, summary: dict[str, Any],
     entry["wall_s"] = round(time.perf_counter() - t0, 4)
     if run.run_dir is not None:
         for name, table in tables.items():
-            run.run_dir.write_round(name, t, table)
+            path = run.run_dir.write_round(name, t, table)
+            run.digests[path.name] = run.run_dir.part_digest(name, t)
             run.run_dir.clear_partial(name)
     summary["tables"] = sorted({*summary["tables"], *tables})
     summary["steps"].append(entry)
@@ -335,6 +343,8 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
                               **o.backend_options()) as sim:
             run = Run(run_file, sim, run_dir, population=population, monitor=monitor,
                       observers=observers, replay=replay, resume=resume)
+            if restored is not None:  # the step files written before, by their SHA-256
+                run.digests.update(restored.get("parts", {}))
             scenario = run_file.scenario()
             try:
                 t_setup = time.perf_counter()

@@ -117,6 +117,8 @@ class Run:
         self._ended = False
         self.create_s = 0.0  # seconds spent creating agents
         self._created: list[pa.Table] = []  # profiles handed to create() (agent_id first)
+        #: ``parts/`` file → SHA-256 of every step file written, kept in each checkpoint.
+        self.digests: dict[str, str] = {}
         self._profiles_written = False
         self._tables: dict[str, list[pa.Table]] = {}
         self._metrics: dict[str, Any] = {}

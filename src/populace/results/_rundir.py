@@ -17,6 +17,7 @@ it (or the ``read_*`` functions).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -50,6 +51,14 @@ def _write_parquet(path: Path, table: pa.Table) -> None:
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def _sha256(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except OSError:
+        return None
 
 
 #: Parquet files at the top of a run directory that are not per-step tables.
@@ -117,6 +126,25 @@ class RunDirectory:
         path = self.path / "parts" / f"{name}-r{step:05d}.parquet"
         _write_parquet(path, table)
         return path
+
+    def part_digest(self, name: str, step: int) -> str:
+        """The SHA-256 of step ``step`` of table ``name`` as it is on disk (checkpoints keep
+        it, so :meth:`damaged_parts` can tell a step file that changed since)."""
+        digest = _sha256(self.path / "parts" / f"{name}-r{step:05d}.parquet")
+        if digest is None:
+            raise FileNotFoundError(f"{self.path}: no step {step} of table {name!r}")
+        return digest
+
+    def damaged_parts(self, digests: dict[str, str]) -> list[str]:
+        """Of the step files in ``digests`` (``file name → SHA-256``), those missing or
+        changed since they were written, each as ``"parts/FILE (missing)"`` or
+        ``"parts/FILE (damaged)"``."""
+        found = []
+        for file, digest in sorted(digests.items()):
+            now = _sha256(self.path / "parts" / file)
+            if now != digest:
+                found.append(f"parts/{file} ({'missing' if now is None else 'damaged'})")
+        return found
 
     def write_partial(self, name: str, step: int, table: pa.Table) -> Path:
         """Persist the rows of a step still in progress (replaced by each call, removed by
