@@ -45,4 +45,6 @@ def test_every_block_of_the_scenarios_page(tmp_path: Path) -> None:
                 assert line in stderr.splitlines(), (line, stderr)
     assert ran >= 9
     assert (tmp_path / "runs" / "rumour" / "report.html").exists()
+    figures = {p.stem for p in (tmp_path / "runs" / "rumour" / "figures").glob("*.png")}
+    assert {"metric_told", "metric_believers", "distribution_times_heard"} <= figures
     assert (tmp_path / "runs" / "sweep" / "sweep.json").exists()
