@@ -93,3 +93,25 @@ async def test_failed_answers_are_counted_and_a_step_where_all_fail_fails_the_ru
     summary = read_summary(tmp_path / "none")
     assert summary["status"] == "failed" and summary["steps"] == []
     assert summary["error"].startswith("AllAnswersFailed: step 1: all 40 answers failed")
+
+
+async def test_a_replay_that_cannot_fit_is_refused_up_front(tmp_path: Path) -> None:
+    import pytest
+
+    from populace.core import ConfigError
+
+    async with running_server(ServerOptions(models=("m",), policy="random")) as url:
+        path = run_file(tmp_path, url)
+        await launch(load_run_file(path), RunDirectory.create(tmp_path / "rec"))
+    rec = tmp_path / "rec"
+    with pytest.raises(ConfigError, match=rf"^--replay {rec}: that run was made with seed 0, "
+                                          r"this one has seed 5; a recording answers only"):
+        await launch(load_run_file(path, {"seed": 5}), RunDirectory.create(tmp_path / "a"),
+                     replay=rec)
+    with pytest.raises(ConfigError, match=rf"^--replay {rec}: that run had 40 agents, this "
+                                          r"one has 41"):
+        await launch(load_run_file(path, {"agents": 41}), RunDirectory.create(tmp_path / "b"),
+                     replay=rec)
+    fewer = await launch(load_run_file(path, {"agents": 20}), RunDirectory.create(tmp_path / "c"),
+                         replay=rec)
+    assert fewer["status"] == "completed"  # a subset of the agents replays

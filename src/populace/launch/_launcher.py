@@ -120,6 +120,8 @@ async def launch(run_file: RunFile, run_dir: RunDirectory | None = None, *,
     if resume and run_dir is None:
         raise ValueError("resume needs the run directory to continue")
     replay_dir = Path(replay) if replay is not None else None
+    if replay_dir is not None:
+        _check_replay(run_file, replay_dir)
     for attempt in range(max_recoveries + 1):
         try:
             return await _attempt(run_file, run_dir, monitor, observers, resume, replay_dir)
@@ -144,6 +146,26 @@ def _user_modules(run_file: RunFile) -> list[str]:
         if name != module and path and Path(path).resolve().parent == folder:
             found.append(name)
     return found
+
+
+def _check_replay(run_file: RunFile, replay: Path) -> None:
+    """A recording answers only the run that made it: refuse another seed, more agents or
+    another scenario up front (each call would miss, one by one)."""
+    made = RunDirectory(replay).read_config()
+    if not made:
+        raise ConfigError(f"--replay {replay}: no config.yaml there (not a run directory?)")
+    o = run_file.options
+    theirs = {"scenario": made.get("scenario", "guess_number"), "seed": made.get("seed", 0),
+              "agents": made.get("agents")}
+    ours = {"scenario": run_file.scenario_ref, "seed": o.seed, "agents": o.agents}
+    for key in ("scenario", "seed"):
+        if theirs[key] != ours[key]:
+            raise ConfigError(f"--replay {replay}: that run was made with {key} "
+                              f"{theirs[key]}, this one has {key} {ours[key]}; a recording "
+                              "answers only the run that made it")
+    if isinstance(theirs["agents"], int) and o.agents > theirs["agents"]:
+        raise ConfigError(f"--replay {replay}: that run had {theirs['agents']} agents, this "
+                          f"one has {o.agents}; a recording answers only the agents it saw")
 
 
 def _summary(run_file: RunFile) -> dict[str, Any]:
