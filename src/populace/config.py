@@ -21,6 +21,10 @@ from populace.llm import ModelConfig
 M = TypeVar("M", bound=BaseModel)
 
 
+#: The largest run file read (settings only; data comes in Parquet or CSV files).
+MAX_RUN_FILE_BYTES = 4 * 2**20
+
+
 class _UniqueKeys(yaml.SafeLoader):
     """YAML's safe loader, refusing a key given twice in one mapping (plain YAML keeps the
     last one silently: a run would use a value other than the one the user reads)."""
@@ -42,13 +46,27 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     """The mapping at the top of a YAML file, or ConfigError."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        if not p.is_file():  # a FIFO or /dev/zero would hang or fill the memory
+            raise ConfigError(f"{p}: no such file" if not p.exists() else
+                              f"{p}: not a regular file")
+        with open(p, "rb") as f:
+            raw = f.read(MAX_RUN_FILE_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such file") from None
     except OSError as e:
         raise ConfigError(f"{p}: cannot read: {e.strerror}") from None
+    if len(raw) > MAX_RUN_FILE_BYTES:
+        raise ConfigError(f"{p}: larger than {MAX_RUN_FILE_BYTES // 2**20} MiB; a run file "
+                          "holds settings, not data")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {e.start}: {raw[e.start]:#04x}); save "
+                          "it as UTF-8") from None
     try:
         data = yaml.load(text, Loader=_UniqueKeys)
+    except RecursionError:
+        raise ConfigError(f"{p}: invalid YAML: nested too deeply") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(p)

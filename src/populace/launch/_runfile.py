@@ -48,6 +48,12 @@ ENTRY_POINTS = "populace.scenarios"
 USER_MODULE_PREFIX = "populace_user_"
 
 
+#: Upper limits of the run options, checked before anything is allocated or created.
+MAX_AGENTS = 1_000_000_000
+MAX_STEPS = 10_000_000
+MAX_WORKERS = 4096
+
+
 def _default_models() -> dict[str, ModelConfig]:
     return {"dummy": DummyConfig()}
 
@@ -60,10 +66,11 @@ class RunOptions(BaseModel):
     scenario: str = Field(min_length=1, description="built-in name, entry point, or file.py:Class")
     name: str = Field("run", min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
     seed: int = Field(0, strict=True, ge=0, description="one seed for the whole run")
-    agents: int = Field(100, strict=True, ge=1, description="number of agents")
-    steps: int = Field(1, strict=True, ge=1, description="steps (rounds, days, ticks) to "
-                       "play; the run file may call them rounds:")
-    workers: int = Field(1, strict=True, ge=1, description="worker count (each hosts many agents)")
+    agents: int = Field(100, strict=True, ge=1, le=MAX_AGENTS, description="number of agents")
+    steps: int = Field(1, strict=True, ge=1, le=MAX_STEPS, description="steps (rounds, days, "
+                       "ticks) to play; the run file may call them rounds:")
+    workers: int = Field(1, strict=True, ge=1, le=MAX_WORKERS,
+                         description="worker count (each hosts many agents)")
     backend: Literal["local", "ray"] = Field("local", description="where workers live")
     address: str | None = Field(None, description="Ray cluster to join ('auto', 'ray://…')")
     models: dict[str, ModelConfig] = Field(default_factory=_default_models, min_length=1)
