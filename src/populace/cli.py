@@ -65,29 +65,6 @@ def _load(config: Path, overrides: dict[str, Any]) -> RunConfig:
     return load_config(config, RunConfig, overrides)
 
 
-def _step_table(summary: dict[str, Any], shown: tuple[str, ...] | None, most: int = 6
-                ) -> Table:
-    """Steps × metrics (``shown``, else the first ``most`` scalar ones) of a run."""
-    steps = summary["steps"]
-    names = list(shown) if shown is not None else list(dict.fromkeys(
-        k for e in steps for k, v in e.items() if k not in ("step", "wall_s")
-        and (v is None or isinstance(v, int | float | str))))[:most]
-    table = Table(title=f"{summary['name']}: {summary['agents']:,} agents, "
-                        f"{len(steps)}/{summary['steps_planned']} steps, {summary['status']}")
-    for col in ("step", *names, "wall s"):
-        table.add_column(col, justify="right")
-    for e in steps:
-        table.add_row(str(e["step"]), *(escape(_cell(e.get(k))) for k in names),
-                      f"{e['wall_s']:.2f}")
-    return table
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return "-" if value is None else str(value)
-
-
 def _launch(run_file: RunFile, run_dir: RunDirectory, *, resume: bool, replay: Path | None,
             studio_port: int | None) -> None:
     """Run any scenario through the launcher, with progress bars, the studio if asked, one
@@ -127,7 +104,7 @@ def _launch(run_file: RunFile, run_dir: RunDirectory, *, resume: bool, replay: P
             server.stop(linger=1.0)  # open pages get the final state first
         if run_dir.path.is_dir() and not any(run_dir.path.iterdir()):
             run_dir.path.rmdir()  # failed before writing anything (a preflight): no litter
-    out.print(_step_table(summary, run_file.scenario.shown))
+    out.print(observer.table(summary))
     if summary["status"] == "stopped":
         out.print(f"stopped from the studio; finished steps are in {run_dir.path}; continue "
                   f"with: populace run --resume {run_dir.path}", soft_wrap=True)

@@ -7,8 +7,10 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from ._runfile import RunFile
+from ._scenario import _cell, _scalar
 
 
 class ConsoleObserver:
@@ -24,10 +26,12 @@ class ConsoleObserver:
         self._task: Any = None
         self._steps = 0
         self._describe: Any = None
+        self._shown: tuple[str, ...] | None = None
 
     def run_started(self, run_file: RunFile, summary: dict[str, Any]) -> None:
         self._steps = run_file.options.steps
         self._describe = run_file.scenario.describe_step
+        self._shown = run_file.scenario.shown
 
     def step_started(self, t: int, steps: int) -> None:
         self._steps = steps
@@ -67,3 +71,20 @@ class ConsoleObserver:
 
     def run_finished(self, summary: dict[str, Any]) -> None:
         self._clear()
+
+    def table(self, summary: dict[str, Any], most: int = 6) -> Table:
+        """Steps × metrics of a finished run: the scenario's ``shown`` metrics, else the
+        first ``most`` scalar ones."""
+        steps = summary["steps"]
+        names = list(self._shown) if self._shown is not None else list(dict.fromkeys(
+            k for e in steps for k, v in e.items()
+            if k not in ("step", "wall_s") and _scalar(v)))[:most]
+        table = Table(title=f"{summary['name']}: {summary['agents']:,} agents, "
+                            f"{len(steps)}/{summary['steps_planned']} steps, "
+                            f"{summary['status']}")
+        for col in ("step", *names, "wall s"):
+            table.add_column(col, justify="right")
+        for e in steps:
+            table.add_row(str(e["step"]), *(escape(_cell(e.get(k))) for k in names),
+                          f"{e['wall_s']:.2f}")
+        return table
