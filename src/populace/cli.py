@@ -469,17 +469,27 @@ def report(
 
     skipped: dict[str, str] = {}
 
-    def scenario_figures(run: RunData) -> dict[str, Any]:
-        """The figures of the scenario that made ``run`` (``Scenario.figures``)."""
+    def scenario(run: RunData) -> Any:
+        """An instance of the scenario that made ``run``; None when it names none or cannot
+        be loaded (its file moved or broke: the generic report still comes)."""
         try:
             cls = scenario_of(run.path)
-        except ConfigError as e:  # its file moved or broke: the generic figures still come
+        except ConfigError as e:
             skipped[str(run.path)] = _line(e)
-            return {}
-        return cls().figures(run) if cls is not None else {}
+            return None
+        return cls() if cls is not None else None
+
+    def scenario_figures(run: RunData) -> dict[str, Any]:
+        made = scenario(run)
+        return made.figures(run) if made is not None else {}
+
+    def scenario_tables(run: RunData) -> list[dict[str, Any]]:
+        made = scenario(run)
+        return made.tables(run) if made is not None else []
 
     try:
-        written = write_report(run_dir, points=points, extra_figures=scenario_figures)
+        written = write_report(run_dir, points=points, extra_figures=scenario_figures,
+                               extra_tables=scenario_tables)
     except FileNotFoundError as e:
         raise _Fail(str(e), EXIT_CONFIG) from None
     for path, why in skipped.items():

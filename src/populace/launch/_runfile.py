@@ -39,7 +39,10 @@ from populace.results import RunDirectory
 from ._scenario import COMMON_OPTIONS, Scenario, ScenarioSettings
 
 #: Scenarios that come with Populace, by name (module:class, imported on use).
-BUILTIN: dict[str, str] = {"guess_number": "populace.scenarios.guess_number:GuessNumber"}
+BUILTIN: dict[str, str] = {
+    "guess_number": "populace.scenarios.guess_number:GuessNumber",
+    "survey": "populace.scenarios.survey:Survey",
+}
 #: The scenario of a run file that names none (run files older than scenarios).
 DEFAULT_SCENARIO = "guess_number"
 #: The entry point group through which an installed package adds scenarios.
@@ -266,6 +269,9 @@ def parse_run_file(data: dict[str, Any], source: Path,
     options = _validate(RunOptions, {"name": cls.name, **cls.defaults, **data}, str(source), "")
     checked = _validate(cls.Settings, settings, str(source), prefix)
     config = cls.check({**data, **settings}, str(source))
+    planned = cls.planned_steps(config)
+    if planned is not None and "steps" not in data:
+        options = options.model_copy(update={"steps": planned})
     return RunFile(source, options, cls, checked, _absolute(options.scenario, source), config)
 
 

@@ -95,6 +95,13 @@ class Scenario:
         return None
 
     @classmethod
+    def planned_steps(cls, config: Any) -> int | None:
+        """The number of steps the scenario's own settings imply (``config``: what
+        :meth:`check` returned), used when the run file gives no ``steps``; None: the
+        run options decide (``defaults``, else 1)."""
+        return None
+
+    @classmethod
     def resolved(cls, run_file: RunFile) -> dict[str, Any] | None:
         """The run file as ``config.yaml`` records it; None for the generic form (options,
         ``scenario:`` and ``settings:``). Either must load again with ``--resume``."""
@@ -115,3 +122,8 @@ class Scenario:
     def figures(self, run: RunData) -> dict[str, Figure]:
         """Extra figures for ``populace report`` (name → matplotlib figure)."""
         return {}
+
+    def tables(self, run: RunData) -> list[dict[str, Any]]:
+        """Extra tables for ``populace report``: ``{"title": …, "head": (column, …),
+        "rows": [[cell, …], …]}`` with cells as text."""
+        return []

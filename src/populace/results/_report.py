@@ -49,6 +49,8 @@ RUN_KEYS = ("step", "steps_done", "status", "calls", "tokens")
 
 #: ``extra_figures(run) -> {name: figure}``: a scenario's own figures for its report.
 ExtraFigures = Callable[[RunData], "dict[str, Figure]"]
+#: ``extra_tables(run) -> [{"title", "head", "rows"}]``: a scenario's own report tables.
+ExtraTables = Callable[[RunData], "list[dict[str, Any]]"]
 
 
 @dataclass(frozen=True)
@@ -356,7 +358,8 @@ def _save(figures: dict[str, tuple[Figure, str]], directory: Path
     return saved, {n: caption for n, (_, caption) in figures.items()}
 
 
-def _run_report(run: RunData, extra_figures: ExtraFigures | None) -> Report:
+def _run_report(run: RunData, extra_figures: ExtraFigures | None,
+                extra_tables: ExtraTables | None = None) -> Report:
     saved, captions = _save(_captioned_run_figures(run, extra_figures), run.path / "figures")
     steps = run.steps()
     planned = run.steps_planned
@@ -371,7 +374,8 @@ def _run_report(run: RunData, extra_figures: ExtraFigures | None) -> Report:
                    "that finished.")
     metrics = step_metrics(run)
     tables = [{"title": "Per step", "head": ("step", *metrics),
-               "rows": _step_rows(run, metrics)}, *_breakdown_tables(run)]
+               "rows": _step_rows(run, metrics)}, *_breakdown_tables(run),
+              *(extra_tables(run) if extra_tables is not None else ())]
     config = yaml.safe_dump(run.config, sort_keys=False, allow_unicode=True) \
         if run.config else None
     path = run.path / "report.html"
@@ -379,7 +383,8 @@ def _run_report(run: RunData, extra_figures: ExtraFigures | None) -> Report:
     return Report(path, {n: p for n, (p, _) in saved.items()}, "run", (run_table(run),))
 
 
-def _sweep_report(root: Path, points: bool, extra_figures: ExtraFigures | None) -> Report:
+def _sweep_report(root: Path, points: bool, extra_figures: ExtraFigures | None,
+                  extra_tables: ExtraTables | None = None) -> Report:
     index = json.loads((root / "sweep.json").read_text())
     runs: list[tuple[str, RunData]] = []
     point_reports = []
@@ -393,7 +398,7 @@ def _sweep_report(root: Path, points: bool, extra_figures: ExtraFigures | None) 
             continue
         runs.append((point["dir"], run))
         if points and run.steps():
-            point_reports.append(_run_report(run, extra_figures))
+            point_reports.append(_run_report(run, extra_figures, extra_tables))
     saved, captions = _save(_captioned_sweep_figures(index, runs), root / "figures")
     metrics = _point_metrics(index["points"])
     usage = any("calls" in (p.get("final") or {}) for p in index["points"])
@@ -425,12 +430,14 @@ def _sweep_report(root: Path, points: bool, extra_figures: ExtraFigures | None) 
 
 
 def write_report(run_dir: str | Path, *, points: bool = True,
-                 extra_figures: ExtraFigures | None = None) -> Report:
+                 extra_figures: ExtraFigures | None = None,
+                 extra_tables: ExtraTables | None = None) -> Report:
     """Write the figures and ``report.html`` of a run or sweep directory.
 
     ``points``: for a sweep, also report every point directory. ``extra_figures(run)``
     adds a scenario's own figures (``Scenario.figures``) to every run's report; one named
-    like a generic figure replaces it. Raises FileNotFoundError when ``run_dir`` holds
+    like a generic figure replaces it; ``extra_tables(run)`` adds its tables
+    (``Scenario.tables``). Raises FileNotFoundError when ``run_dir`` holds
     neither a run nor a sweep.
 
     >>> report = write_report("runs/demo")  # doctest: +SKIP
@@ -438,5 +445,5 @@ def write_report(run_dir: str | Path, *, points: bool = True,
     """
     root = Path(run_dir)
     if (root / "sweep.json").exists():
-        return _sweep_report(root, points, extra_figures)
-    return _run_report(load_run(root), extra_figures)
+        return _sweep_report(root, points, extra_figures, extra_tables)
+    return _run_report(load_run(root), extra_figures, extra_tables)

@@ -1,0 +1,303 @@
+"""The respondent: answers one wave of questions with its own model, persona and memory.
+
+A million respondents answer ten questions each per wave, so what a respondent returns is
+packed (a few ``bytes`` columns and one joined string, see :class:`Answers`): pickling ten
+million small Python objects would cost more memory than the whole population.
+"""
+
+from __future__ import annotations
+
+import functools
+from array import array
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from populace.core import Agent, ModelError, Profile, mix64, seed_for
+from populace.llm import ChatMessage, ModelClient
+
+from ._prompts import (
+    coding_message,
+    parse_choice,
+    parse_multi,
+    parse_numeric,
+    question_message,
+    reask_message,
+    response_format,
+)
+from ._questionnaire import CHOICE, Question, Questionnaire, compile_condition, holds
+
+#: Separates the texts of one respondent's answers in :attr:`Answers.raw`.
+SEP = "\x1f"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What every respondent of a worker shares: the questionnaire and how to ask it."""
+
+    questionnaire: Questionnaire
+    model: str
+    #: ``bases[w][i]``: the seed base of question ``i`` of wave ``w`` (per respondent:
+    #: :func:`~populace.core.seed_for` with its id).
+    bases: tuple[tuple[int, ...], ...]
+    structured: bool = True
+    memory: bool = True
+    temperature: float | None = None
+    max_tokens: int | None = None
+    persona: str | None = None  # a template of profile fields; None: background or attributes
+    attributes: tuple[str, ...] = ()
+    #: arm → question id → the message its respondents read before that question.
+    notes: Mapping[str, Mapping[str, str]] | None = None
+
+    @functools.cached_property
+    def questions(self) -> dict[str, tuple[int, Question]]:
+        """id → (position in the questionnaire, question)."""
+        return {q.id: (i, q) for i, q in enumerate(self.questionnaire.questions)}
+
+    @functools.cached_property
+    def remembered(self) -> frozenset[str]:
+        return self.questionnaire.referenced()
+
+
+@functools.lru_cache(maxsize=256)
+def _condition(source: str) -> tuple[Any, tuple[str, ...]]:
+    return compile_condition(source)
+
+
+def _order(k: int, seed: int) -> list[int]:
+    """A seeded permutation of ``range(k)`` (Fisher–Yates on SplitMix64 draws)."""
+    order = list(range(k))
+    r = seed
+    for j in range(k - 1, 0, -1):
+        r = mix64(r)
+        i = r % (j + 1)
+        order[i], order[j] = order[j], order[i]
+    return order
+
+
+class Answers:
+    """One respondent's answers to one wave, as columns (see the module docstring).
+
+    ``question`` (int16: the question's index in the questionnaire), ``code`` (float64:
+    canonical option index 1-based, a number, a multi-choice bitmask; NaN when invalid),
+    ``position`` (int16: where the chosen option was shown, 1-based; 0 for none),
+    ``shown`` (int16: options shown), ``valid`` (int8), ``prompt_tokens`` and
+    ``completion_tokens`` (int32), ``calls`` (int8), ``raw`` (the replies joined by
+    :data:`SEP`), ``errors`` (joined the same way; None when no call failed).
+    """
+
+    __slots__ = ("calls", "code", "completion_tokens", "errors", "position",
+                 "prompt_tokens", "question", "raw", "shown", "valid")
+
+    def __init__(self) -> None:
+        self.question, self.position, self.shown = array("h"), array("h"), array("h")
+        self.code = array("d")
+        self.valid, self.calls = array("b"), array("b")
+        self.prompt_tokens, self.completion_tokens = array("i"), array("i")
+        self.raw: list[str] = []
+        self.errors: list[str] | None = None
+
+    def packed(self) -> tuple[Any, ...]:
+        errors = None if self.errors is None else SEP.join(self.errors)
+        return (self.question.tobytes(), self.code.tobytes(), self.position.tobytes(),
+                self.shown.tobytes(), self.valid.tobytes(), self.prompt_tokens.tobytes(),
+                self.completion_tokens.tobytes(), self.calls.tobytes(),
+                SEP.join(r.replace(SEP, " ") for r in self.raw), errors)
+
+
+class _Call:
+    """Accounting of the calls made for one question."""
+
+    __slots__ = ("calls", "ctok", "ptok")
+
+    def __init__(self) -> None:
+        self.calls = self.ptok = self.ctok = 0
+
+
+class Respondent(Agent):
+    """A survey respondent, backed by one model client (shared per worker)."""
+
+    __slots__ = ("arm", "history", "known", "model", "plan", "reads", "system")
+
+    def __init__(self, id: int, profile: Profile | None = None, *,
+                 models: Mapping[str, ModelClient], plan: Plan) -> None:
+        super().__init__(id, profile)
+        self.plan = plan
+        self.model = models[plan.model]
+        self.reads = getattr(self.model, "reads_prompt", True)
+        self.arm: str | None = profile.get("arm") if profile is not None else None
+        self.known: dict[str, Any] = {}  # answers that an ask_if reads
+        self.history: list[tuple[str, str]] = []  # (question asked, reply) when memory is on
+        self.system: str | None = None
+
+    def _system(self) -> str:
+        if self.system is None:
+            plan, profile = self.plan, self.profile
+            if plan.persona is not None:
+                about = plan.persona.format_map({a: profile[a] for a in plan.attributes})
+            elif "background" in profile:
+                about = str(profile["background"])
+            elif plan.attributes:
+                about = "About you: " + "; ".join(f"{a}: {profile[a]}"
+                                                  for a in plan.attributes) + "."
+            else:
+                about = ""
+            self.system = plan.questionnaire.instructions.strip() + (
+                f"\n\n{about}" if about else "")
+        return self.system
+
+    async def _ask(self, messages: list[ChatMessage], seed: int, fmt: dict[str, Any] | None,
+                   call: _Call) -> str:
+        plan = self.plan
+        answer = await self.model.complete(messages, temperature=plan.temperature, seed=seed,
+                                           max_tokens=plan.max_tokens, response_format=fmt)
+        call.calls += 1 + answer.retries
+        call.ptok += answer.prompt_tokens
+        call.ctok += answer.completion_tokens
+        return answer.text
+
+    async def answer(self, wave: int) -> tuple[Any, ...]:
+        """Answer every question of wave ``wave`` (0-based) that its ``ask_if`` allows."""
+        plan = self.plan
+        wave_ids = plan.questionnaire.plan[wave]
+        out = Answers()
+        failures: list[ModelError] = []
+        notes = (plan.notes or {}).get(self.arm or "", {})
+        for i, qid in enumerate(wave_ids):
+            index, q = plan.questions[qid]
+            if q.ask_if is not None:
+                code, names = _condition(q.ask_if)
+                if not holds(code, {n: self.known.get(n) for n in names}):
+                    continue
+            seed = seed_for(plan.bases[wave][i], self.id)
+            k = len(q.options) if q.type != "open" else 0
+            shown = _order(k, seed ^ 0x5F1E) if q.shuffled else list(range(k))
+            call = _Call()
+            error = None
+            try:
+                if self.reads:
+                    value, raw = await self._read(q, i + 1, len(wave_ids), shown, seed,
+                                                  notes.get(qid), call)
+                else:
+                    value, raw = await self._draw(q, shown, seed, call)
+            except ModelError as e:
+                failures.append(e)
+                value, raw, error = None, "", f"{type(e).__name__}: {e}"
+            self._keep(out, index, q, shown, value, raw, call, error)
+        if failures and len(failures) == len(out.question):
+            raise failures[0]  # nothing answered: the step counts this respondent as failed
+        return out.packed()
+
+    def _keep(self, out: Answers, index: int, q: Question, shown: list[int], value: Any,
+              raw: str, call: _Call, error: str | None) -> None:
+        """Add one row; remember what an ask_if will read."""
+        valid = value is not None
+        if not valid or (q.type == "open" and not q.coded):
+            code = float("nan")
+        elif q.type in CHOICE or q.coded:
+            code = float(value + 1)
+        else:
+            code = float(value)
+        out.question.append(index)
+        out.code.append(code)
+        out.position.append(shown.index(value) + 1 if valid and q.type in CHOICE else 0)
+        out.shown.append(len(shown))
+        out.valid.append(1 if valid else 0)
+        out.prompt_tokens.append(call.ptok)
+        out.completion_tokens.append(call.ctok)
+        out.calls.append(min(call.calls, 127))
+        out.raw.append(raw)
+        if error is not None and out.errors is None:
+            out.errors = [""] * (len(out.question) - 1)
+        if out.errors is not None:
+            out.errors.append("" if error is None else error.replace(SEP, " "))
+        if q.id in self.plan.remembered:
+            self.known[q.id] = None if not valid else _answer_value(q, value, raw)
+
+    async def _draw(self, q: Question, shown: list[int], seed: int, call: _Call
+                    ) -> tuple[Any, str]:
+        """A model that reads no prompt (the dummy): its number picks the answer uniformly."""
+        text = await self._ask([], seed, None, call)
+        try:
+            n = int(text)
+        except ValueError:
+            return None, text
+        k = len(shown)
+        if q.type in CHOICE:
+            return shown[n % k], text
+        if q.type == "multi_choice":
+            picked, mask = n % ((1 << k) - 1) + 1, 0  # a non-empty set of shown positions
+            for pos in range(k):
+                if picked >> pos & 1:
+                    mask |= 1 << shown[pos]
+            return mask, text
+        if q.type == "numeric":
+            assert q.range is not None
+            low, high = q.range
+            if high - low >= 20 and low == int(low) and high == int(high):
+                return low + n % int(high - low + 1), text
+            return low + (high - low) * (n % 101) / 100, text
+        if q.coded:
+            return n % len(q.options), text
+        return True, text  # an open answer: the text is the answer
+
+    async def _read(self, q: Question, number: int, of: int, shown: list[int], seed: int,
+                    note: str | None, call: _Call) -> tuple[Any, str]:
+        """Ask a model that reads prompts; re-ask once when the reply is not an answer."""
+        plan = self.plan
+        asked = question_message(q, number, of, shown, note)
+        messages: list[ChatMessage] = [{"role": "system", "content": self._system()}]
+        for question, reply in self.history:
+            messages.append({"role": "user", "content": question})
+            messages.append({"role": "assistant", "content": reply})
+        messages.append({"role": "user", "content": asked})
+        fmt = response_format(q) if plan.structured else None
+        text = await self._ask(messages, seed, fmt, call)
+        value = _parse(q, text, shown)
+        raw = text
+        if value is None and q.type != "open":
+            messages += [{"role": "assistant", "content": text},
+                         {"role": "user", "content": reask_message(q)}]
+            text = await self._ask(messages, seed + 1, fmt, call)
+            value = _parse(q, text, shown)
+            raw = f"{raw}\n---\n{text}"
+        if q.type == "open" and text.strip():
+            value = True
+            if q.coded:
+                coding = [{"role": "user", "content": coding_message(q, text)}]
+                coded = await self._ask(coding, seed + 2, response_format(q, coding=True)
+                                        if plan.structured else None, call)
+                value = parse_choice(coded, range(len(q.options)), q.options)
+                raw = f"{raw}\n---\n{coded}"
+        if plan.memory:
+            self.history.append((asked, text))
+        return value, raw
+
+    def get_state(self) -> dict[str, Any]:
+        return {"known": self.known, "history": self.history}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.known = dict(state.get("known") or {})
+        self.history = [tuple(h) for h in state.get("history") or ()]  # type: ignore[misc]
+
+
+def _parse(q: Question, text: str, shown: list[int]) -> Any:
+    if q.type in CHOICE:
+        return parse_choice(text, shown, q.options)
+    if q.type == "multi_choice":
+        return parse_multi(text, shown, q.options)
+    if q.type == "numeric":
+        assert q.range is not None
+        return parse_numeric(text, *q.range)
+    return None
+
+
+def _answer_value(q: Question, value: Any, raw: str) -> Any:
+    """What an ``ask_if`` compares: a label, a number, a list of labels, or a text."""
+    if q.type in CHOICE or q.coded:
+        return q.options[value]
+    if q.type == "multi_choice":
+        return [o for j, o in enumerate(q.options) if value >> j & 1]
+    if q.type == "numeric":
+        return value
+    return raw
