@@ -270,7 +270,8 @@ class Run:
 
     async def collect(self, answers: PlaceholderSet[Any], *, measure: Measure | None = None,
                       partial: tuple[str, Rows] | None = None,
-                      on_error: Literal["raise", "return"] = "raise") -> list[Any]:
+                      on_error: Literal["raise", "return"] = "raise",
+                      progress: tuple[int, int] | None = None) -> list[Any]:
         """Wait for ``answers``, with progress bars and the studio's live view; returns the
         results in member order.
 
@@ -282,8 +283,10 @@ class Run:
         A lost worker raises :class:`~populace.core.WorkerLost` (the launcher recovers); a
         stop request abandons the step. ``partial=(table, rows)`` saves the answers received
         so far every ``checkpoint_minutes`` and when the run stops inside the step.
+        A step that collects in batches passes ``progress=(done_before, step_total)`` so
+        the progress bar counts the whole step.
         """
-        total = len(answers)
+        base, total = progress if progress is not None else (0, len(answers))
         if self._monitor is not None:
             self._monitor.round_started(self.step, answers, measure or as_numbers)
         self._collecting = (answers, partial)
@@ -293,7 +296,7 @@ class Run:
             await wait([answers], timeout=0.1)
             try:
                 for observer in self._observers:
-                    observer.step_progress(self.step, answers.n_done, total)
+                    observer.step_progress(self.step, base + answers.n_done, total)
             except Exception as e:
                 raise ObserverFailed(e) from e
             if partial is not None and time.monotonic() - saved_at >= every:

@@ -102,9 +102,12 @@ class ScriptedConfig(_Strict):
     noise: float = Field(1.0, ge=0, description="multiplies the spread of the answers")
     invalid: float = Field(0.0, ge=0, le=1, description="share of answers that settle on no "
                            "number")
+    primacy: float = Field(0.15, ge=0, le=1, description="share of single-choice survey "
+                           "answers that take the first option shown")
 
     def params(self) -> ScriptedParams:
-        return ScriptedParams(depth=self.depth, noise=self.noise, invalid=self.invalid)
+        return ScriptedParams(depth=self.depth, noise=self.noise, invalid=self.invalid,
+                              primacy=self.primacy)
 
 
 ModelConfig = Annotated[DummyConfig | OpenAIConfig | ScriptedConfig,

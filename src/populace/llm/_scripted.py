@@ -47,6 +47,9 @@ gets a short second-person persona that restates each attribute ("Your education
 doctorate."), so the persona rule above finds it again in the game.
 
 Noise draws come from the request ``seed`` (a hash of the messages when there is none).
+
+Survey questions, their re-asks and coding requests are answered by the survey rule of
+:mod:`populace.llm._survey_rule` instead.
 """
 
 from __future__ import annotations
@@ -108,8 +111,9 @@ class ScriptedParams:
     """The knobs of the rule (see the module docstring).
 
     ``depth``: reasoning steps added to every answer; ``noise``: multiplies the spread;
-    ``invalid``: share of replies that settle on no number; ``low``/``high``: the range used
-    when the prompt states none.
+    ``invalid``: share of replies that settle on no number (or, in a survey, no answer);
+    ``low``/``high``: the range used when the prompt states none; ``primacy``: in a survey,
+    the share of single-choice answers that take the first option shown.
     """
 
     depth: float = 0.0
@@ -117,6 +121,7 @@ class ScriptedParams:
     invalid: float = 0.0
     low: float = 0.0
     high: float = 100.0
+    primacy: float = 0.15
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,6 +281,11 @@ def scripted_reply(messages: Sequence[Mapping[str, Any]], *, seed: int | None = 
     """
     if seed is None:
         seed = zlib.crc32("\x1e".join(text_of(m.get("content")) for m in messages).encode())
+    from ._survey_rule import survey_reply  # here: the survey rule reads this module's tables
+
+    survey = survey_reply(messages, seed=seed, response_format=response_format, params=params)
+    if survey is not None:
+        return survey
     structured = is_structured(response_format)
     extracted = extraction(messages)
     if extracted is not None:

@@ -1,14 +1,15 @@
 """The respondent: answers one wave of questions with its own model, persona and memory.
 
 A million respondents answer ten questions each per wave, so what a respondent returns is
-packed (a few ``bytes`` columns and one joined string, see :class:`Answers`): pickling ten
+packed (one ``bytes`` of fixed-size rows and one joined string, see :class:`Answers`): pickling ten
 million small Python objects would cost more memory than the whole population.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
-from array import array
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -60,7 +61,7 @@ class Plan:
 
 
 @functools.lru_cache(maxsize=256)
-def _condition(source: str) -> tuple[Any, tuple[str, ...]]:
+def _condition(source: str) -> tuple[ast.expr, tuple[str, ...]]:
     return compile_condition(source)
 
 
@@ -75,34 +76,30 @@ def _order(k: int, seed: int) -> list[int]:
     return order
 
 
+#: One answer row as packed by a respondent: question index, code, shown position, options
+#: shown, valid, prompt and completion tokens, calls (see :data:`ROW_DTYPE`).
+ROW = struct.Struct("<hdhhbiib")
+
+
 class Answers:
-    """One respondent's answers to one wave, as columns (see the module docstring).
+    """One respondent's answers to one wave: ``rows`` (each :data:`ROW`: the question's
+    index in the questionnaire; the canonical option index 1-based, a number or a
+    multi-choice bitmask, NaN when invalid; where the chosen option was shown, 1-based, 0
+    for none; options shown; valid; tokens; calls), ``raw`` (the replies) and ``errors``
+    (None when no call failed)."""
 
-    ``question`` (int16: the question's index in the questionnaire), ``code`` (float64:
-    canonical option index 1-based, a number, a multi-choice bitmask; NaN when invalid),
-    ``position`` (int16: where the chosen option was shown, 1-based; 0 for none),
-    ``shown`` (int16: options shown), ``valid`` (int8), ``prompt_tokens`` and
-    ``completion_tokens`` (int32), ``calls`` (int8), ``raw`` (the replies joined by
-    :data:`SEP`), ``errors`` (joined the same way; None when no call failed).
-    """
-
-    __slots__ = ("calls", "code", "completion_tokens", "errors", "position",
-                 "prompt_tokens", "question", "raw", "shown", "valid")
+    __slots__ = ("errors", "n", "raw", "rows")
 
     def __init__(self) -> None:
-        self.question, self.position, self.shown = array("h"), array("h"), array("h")
-        self.code = array("d")
-        self.valid, self.calls = array("b"), array("b")
-        self.prompt_tokens, self.completion_tokens = array("i"), array("i")
+        self.rows = bytearray()
+        self.n = 0
         self.raw: list[str] = []
         self.errors: list[str] | None = None
 
-    def packed(self) -> tuple[Any, ...]:
+    def packed(self) -> tuple[bytes, str, str | None]:
+        """``(rows, raw texts joined by SEP, errors joined by SEP or None)``."""
         errors = None if self.errors is None else SEP.join(self.errors)
-        return (self.question.tobytes(), self.code.tobytes(), self.position.tobytes(),
-                self.shown.tobytes(), self.valid.tobytes(), self.prompt_tokens.tobytes(),
-                self.completion_tokens.tobytes(), self.calls.tobytes(),
-                SEP.join(r.replace(SEP, " ") for r in self.raw), errors)
+        return bytes(self.rows), SEP.join(r.replace(SEP, " ") for r in self.raw), errors
 
 
 class _Call:
@@ -156,7 +153,7 @@ class Respondent(Agent):
         call.ctok += answer.completion_tokens
         return answer.text
 
-    async def answer(self, wave: int) -> tuple[Any, ...]:
+    async def answer(self, wave: int) -> tuple[bytes, str, str | None]:
         """Answer every question of wave ``wave`` (0-based) that its ``ask_if`` allows."""
         plan = self.plan
         wave_ids = plan.questionnaire.plan[wave]
@@ -166,8 +163,8 @@ class Respondent(Agent):
         for i, qid in enumerate(wave_ids):
             index, q = plan.questions[qid]
             if q.ask_if is not None:
-                code, names = _condition(q.ask_if)
-                if not holds(code, {n: self.known.get(n) for n in names}):
+                condition, _ = _condition(q.ask_if)
+                if not holds(condition, self.known):
                     continue
             seed = seed_for(plan.bases[wave][i], self.id)
             k = len(q.options) if q.type != "open" else 0
@@ -184,7 +181,7 @@ class Respondent(Agent):
                 failures.append(e)
                 value, raw, error = None, "", f"{type(e).__name__}: {e}"
             self._keep(out, index, q, shown, value, raw, call, error)
-        if failures and len(failures) == len(out.question):
+        if failures and len(failures) == out.n:
             raise failures[0]  # nothing answered: the step counts this respondent as failed
         return out.packed()
 
@@ -198,17 +195,13 @@ class Respondent(Agent):
             code = float(value + 1)
         else:
             code = float(value)
-        out.question.append(index)
-        out.code.append(code)
-        out.position.append(shown.index(value) + 1 if valid and q.type in CHOICE else 0)
-        out.shown.append(len(shown))
-        out.valid.append(1 if valid else 0)
-        out.prompt_tokens.append(call.ptok)
-        out.completion_tokens.append(call.ctok)
-        out.calls.append(min(call.calls, 127))
+        out.rows += ROW.pack(index, code,
+                             shown.index(value) + 1 if valid and q.type in CHOICE else 0,
+                             len(shown), valid, call.ptok, call.ctok, min(call.calls, 127))
+        out.n += 1
         out.raw.append(raw)
         if error is not None and out.errors is None:
-            out.errors = [""] * (len(out.question) - 1)
+            out.errors = [""] * (out.n - 1)
         if out.errors is not None:
             out.errors.append("" if error is None else error.replace(SEP, " "))
         if q.id in self.plan.remembered:
@@ -278,7 +271,7 @@ class Respondent(Agent):
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.known = dict(state.get("known") or {})
-        self.history = [tuple(h) for h in state.get("history") or ()]  # type: ignore[misc]
+        self.history = [tuple(h) for h in state.get("history") or ()]
 
 
 def _parse(q: Question, text: str, shown: list[int]) -> Any:

@@ -21,7 +21,7 @@ ENDINGS = {
     "open": "Reply in one or two sentences.",
 }
 CODE_ASK = "Code this answer to a survey question into one category."
-_INT = re.compile(r"(?<![\d.])-?\d+(?![\d.])")
+_INT = re.compile(r"(?<![\d.])-?\d+(?!\d|\.\d)")
 _NUMBER = re.compile(r"(?<![\d.,])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\d])")
 
 
@@ -105,16 +105,20 @@ def _json_answer(text: str) -> tuple[bool, Any]:
 
 
 def _label_match(text: str, labels: Sequence[str]) -> int | None:
-    """The one label that ``text`` is, or contains as whole words; None if none or several."""
+    """The one label that ``text`` is, or names as whole words; None if none or several.
+    An occurrence inside a longer label's ("agree" in "strongly agree") does not count."""
     low = " ".join(text.lower().split()).strip(" .!\"'")
     exact = [i for i, lab in enumerate(labels) if lab.lower() == low]
     if len(exact) == 1:
         return exact[0]
-    found = [i for i, lab in enumerate(labels)
-             if re.search(rf"(?<!\w){re.escape(lab.lower())}(?!\w)", low)]
-    # "Strongly agree" contains "agree": keep the longest of nested matches
-    found = [i for i in found if not any(j != i and labels[i].lower() in labels[j].lower()
-                                         for j in found)]
+    spans = {i: [m.span() for m in re.finditer(rf"(?<!\w){re.escape(lab.lower())}(?!\w)", low)]
+             for i, lab in enumerate(labels)}
+    longer = [(a, b) for i in spans for a, b in spans[i]]
+
+    def inside(a: int, b: int) -> bool:
+        return any(x <= a and b <= y and (x, y) != (a, b) for x, y in longer)
+
+    found = [i for i, found in spans.items() if any(not inside(a, b) for a, b in found)]
     return found[0] if len(found) == 1 else None
 
 

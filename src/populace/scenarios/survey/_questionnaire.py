@@ -113,54 +113,72 @@ class Question(_Strict):
 
 
 # -- ask_if: a small, safe expression language --------------------------------------------
-_COMPARE = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn)
+#: Comparison operators an ``ask_if`` may use, by AST node type.
+_COMPARE: dict[type, Any] = {
+    ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b,
+    ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b,
+    ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b,
+    ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
+}
+_ORDER = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
 
 
-def _names(tree: ast.AST, source: str) -> list[str]:
-    """The question ids ``tree`` reads; ValueError for anything but comparisons of names and
-    constants joined by and/or/not."""
-    names: list[str] = []
-
-    def walk(node: ast.AST) -> None:
-        if isinstance(node, ast.BoolOp):
-            for v in node.values:
-                walk(v)
-        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            walk(node.operand)
-        elif isinstance(node, ast.Compare) and all(isinstance(o, _COMPARE) for o in node.ops):
-            for v in (node.left, *node.comparators):
-                walk(v)
-        elif isinstance(node, ast.Name):
-            names.append(node.id)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str | int | float):
-            pass
-        elif isinstance(node, ast.List | ast.Tuple) and all(
-                isinstance(e, ast.Constant) for e in node.elts):
-            pass
-        else:
-            raise ValueError(f"ask_if {source!r}: only comparisons of question ids with "
-                             "values, joined by and/or/not, are allowed")
-    walk(tree)
-    return names
+def _value(node: ast.AST) -> bool:
+    """A literal: a string, a number, or a list/tuple of them."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str | int | float) and not isinstance(node.value, bool)
+    return isinstance(node, ast.List | ast.Tuple) and all(_value(e) for e in node.elts)
 
 
-def compile_condition(source: str) -> tuple[Any, tuple[str, ...]]:
-    """``(code, names)`` for an ``ask_if`` expression; ValueError with one line if invalid."""
+def _check(node: ast.AST, source: str, names: list[str]) -> None:
+    """Comparisons of question ids with literals, joined by and/or/not; ValueError else."""
+    if isinstance(node, ast.BoolOp):
+        for v in node.values:
+            _check(v, source, names)
+        return
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        _check(node.operand, source, names)
+        return
+    if isinstance(node, ast.Compare) and all(type(op) in _COMPARE for op in node.ops):
+        sides = (node.left, *node.comparators)  # a chain too: 18 <= age < 30
+        ids = [s.id for s in sides if isinstance(s, ast.Name)]
+        if len(ids) == 1 and all(isinstance(s, ast.Name) or _value(s) for s in sides):
+            names.append(ids[0])
+            return
+    raise ValueError(f"ask_if {source!r}: write comparisons of one question id with a value "
+                     "(voted == \"no\", age >= 30, \"TV\" in media), joined by and/or/not")
+
+
+def compile_condition(source: str) -> tuple[ast.expr, tuple[str, ...]]:
+    """``(tree, names)`` for an ``ask_if`` expression; ValueError with one line if invalid."""
     try:
         tree = ast.parse(source.strip(), mode="eval")
     except SyntaxError:
         raise ValueError(f"ask_if {source!r}: not an expression (e.g. voted == \"no\")") \
             from None
-    names = tuple(dict.fromkeys(_names(tree.body, source)))
-    return compile(tree, "<ask_if>", "eval"), names
+    names: list[str] = []
+    _check(tree.body, source, names)
+    return tree.body, tuple(dict.fromkeys(names))
 
 
-def holds(code: Any, answers: Mapping[str, Any]) -> bool:
-    """Whether a compiled condition holds for ``answers`` (id → answer; an unanswered or
-    skipped question is None, and any comparison with it is false)."""
+def holds(tree: ast.expr, answers: Mapping[str, Any]) -> bool:
+    """Whether a compiled condition holds for ``answers`` (id → answer). A comparison with
+    a question that was not answered (skipped, or invalid: None) is false, whatever its
+    operator (``!=`` and ``not in`` too); ``not`` and ``or`` then combine as usual."""
+    if isinstance(tree, ast.BoolOp):
+        parts = (holds(v, answers) for v in tree.values)
+        return all(parts) if isinstance(tree.op, ast.And) else any(parts)
+    if isinstance(tree, ast.UnaryOp):
+        return not holds(tree.operand, answers)
+    assert isinstance(tree, ast.Compare)
+    sides = [answers.get(s.id) if isinstance(s, ast.Name) else ast.literal_eval(s)
+             for s in (tree.left, *tree.comparators)]
+    if any(v is None for v in sides):
+        return False
     try:
-        return bool(eval(code, {"__builtins__": {}}, answers))  # the AST holds only comparisons
-    except TypeError:  # None < 3, "a" in None: the question was not answered
+        return all(_COMPARE[type(op)](a, b)
+                   for op, a, b in zip(tree.ops, sides, sides[1:], strict=False))
+    except TypeError:  # "a" < 3: a question of another type than the value
         return False
 
 
@@ -257,22 +275,37 @@ def _unknown(name: str, known: list[str], what: str = "a") -> str:
 
 
 def _check_values(q: Question, ref: Question, source: str) -> None:
-    """A condition comparing a choice question with a value it cannot take is a typo."""
-    if ref.type not in (*CHOICE, "multi_choice") and not ref.coded:
-        return
+    """Comparisons that could never be true are typos: a choice question compared with a
+    value that is not an option, ordered comparisons of anything but numbers, ``==`` on a
+    multi-choice answer (a set: use ``"TV" in media``)."""
     tree = ast.parse(source.strip(), mode="eval")
     for node in ast.walk(tree):
-        if isinstance(node, ast.Compare):
-            sides = (node.left, *node.comparators)
-            if not any(isinstance(s, ast.Name) and s.id == ref.id for s in sides):
-                continue
-            for s in sides:
-                values = [e.value for e in s.elts] if isinstance(s, ast.List | ast.Tuple) \
-                    else [s.value] if isinstance(s, ast.Constant) else []
-                for v in values:
-                    if v not in ref.options:
-                        raise ValueError(f"question {q.id!r}: ask_if: {v!r} is not an option "
-                                         f"of {ref.id!r} (options: {', '.join(ref.options)})")
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = (node.left, *node.comparators)
+        if not any(isinstance(s, ast.Name) and s.id == ref.id for s in sides):
+            continue
+        values = []
+        for literal in (s for s in sides if not isinstance(s, ast.Name)):
+            value = ast.literal_eval(literal)
+            values += list(value) if isinstance(value, list | tuple) else [value]
+        if any(isinstance(op, _ORDER) for op in node.ops) and ref.type != "numeric":
+            raise ValueError(f"question {q.id!r}: ask_if: {ref.id!r} is {ref.type}: order "
+                             "comparisons (<, >=) are for numeric questions; use == or in")
+        if ref.type == "numeric":
+            if any(not isinstance(v, int | float) for v in values):
+                raise ValueError(f"question {q.id!r}: ask_if: {ref.id!r} is numeric: compare "
+                                 "it with numbers")
+            continue
+        if ref.type == "multi_choice" and any(isinstance(op, ast.Eq | ast.NotEq)
+                                              for op in node.ops):
+            raise ValueError(f"question {q.id!r}: ask_if: {ref.id!r} is multi_choice: write "
+                             f"\"option\" in {ref.id}")
+        if ref.type in (*CHOICE, "multi_choice") or ref.coded:
+            for v in values:
+                if v not in ref.options:
+                    raise ValueError(f"question {q.id!r}: ask_if: {v!r} is not an option of "
+                                     f"{ref.id!r} (options: {', '.join(ref.options)})")
 
 
 def load_questionnaire(value: str | Mapping[str, Any], source: Path) -> tuple[Questionnaire,

@@ -22,7 +22,7 @@ from pydantic import Field
 from populace.core import ConfigError, derive_seed
 from populace.launch import Rows, Run, RunFile, Scenario, ScenarioSettings
 
-from ._agents import SEP, Plan, Respondent
+from ._agents import ROW, SEP, Plan, Respondent
 from ._questionnaire import CHOICE, Questionnaire, Treatments, load_questionnaire
 
 if TYPE_CHECKING:
@@ -47,6 +47,13 @@ ANSWER_SCHEMA = pa.schema([
     ("calls", pa.int8()),
     ("error", pa.string()),
 ])
+
+
+#: :data:`~populace.scenarios.survey._agents.ROW` as a NumPy record.
+ROW_DTYPE = np.dtype([("question", "<i2"), ("code", "<f8"), ("position", "<i2"),
+                      ("shown", "<i2"), ("valid", "i1"), ("prompt_tokens", "<i4"),
+                      ("completion_tokens", "<i4"), ("calls", "i1")])
+assert ROW_DTYPE.itemsize == ROW.size
 
 
 @dataclass(frozen=True)
@@ -78,7 +85,7 @@ def assign_arms(treatments: Treatments, n: int, rng: np.random.Generator,
 def _apportion(shares: np.ndarray, n: int) -> np.ndarray:
     """Integer counts summing to ``n``, each within one of ``n × share`` (largest remainder;
     ties to the earlier arm)."""
-    exact = shares * n
+    exact = shares / shares.sum() * n  # shares sum to 1 within 1e-6: make it exact
     counts = np.floor(exact).astype(np.int64)
     left = n - int(counts.sum())
     order = np.argsort(-(exact - counts), kind="stable")
@@ -118,56 +125,52 @@ class Survey(Scenario):
                                       "with (CSV or Parquet: question, option, share)")
         targets: dict[str, dict[str, float]] | None = Field(
             None, description="population shares per aspect value, for weighted marginals")
+        batch: int = Field(100_000, ge=1, le=100_000_000, description="respondents asked at "
+                           "once (bounds the memory of answers in flight)")
 
     @classmethod
     def check(cls, data: dict[str, Any], source: str) -> SurveyConfig:
         path = Path(source)
         settings = data  # the settings' keys, with the run options beside them
         questionnaire, where = load_questionnaire(settings["questionnaire"], path)
-        waves = len(questionnaire.plan)
-        if "steps" in data and data["steps"] != waves:
-            raise ConfigError(f"{source}: steps: the questionnaire has {waves} wave(s), one "
-                              f"step each (got {data['steps']}; leave steps: out)")
+
+        def fail(key: str, message: str) -> ConfigError:
+            return ConfigError(f"{source}: settings.{key}: {message}")
+
         models = list(data.get("models") or {"dummy": None})
         model = settings.get("model") or (models[0] if len(models) == 1 else None)
         if model is None:
-            raise ConfigError(f"{source}: model: several models are configured ("
-                              f"{', '.join(models)}); name the one that answers")
+            raise fail("model", f"several models are configured ({', '.join(models)}); name "
+                       "the one that answers")
         if model not in models:
-            raise ConfigError(f"{source}: model: {model!r} is not under models: (have: "
-                              f"{', '.join(models)})")
+            raise fail("model", f"{model!r} is not under models: (have: {', '.join(models)})")
         population = data.get("population") or {}
         aspects = set((population.get("aspects") or {}) if isinstance(population, dict)
                       else ())
         if isinstance(population, dict) and population.get("backgrounds"):
             aspects.add("background")
-        have = ", ".join(sorted(aspects)) or "none"
+        have = f"(aspects: {', '.join(sorted(aspects)) or 'none'})"
         persona = settings.get("persona")
-        if persona is not None:
-            unknown = sorted(_fields(persona) - aspects)
-            if unknown:
-                raise ConfigError(f"{source}: persona: {{{unknown[0]}}} is not an aspect of "
-                                  f"the population (aspects: {have})")
+        unknown = sorted(_fields(persona) - aspects) if persona is not None else []
+        if unknown:
+            raise fail("persona", f"{{{unknown[0]}}} is not an aspect of the population {have}")
         treatments = settings.get("treatments")
         if treatments:
             checked = Treatments.model_validate(treatments)
             if checked.stratify_by is not None and checked.stratify_by not in aspects:
-                raise ConfigError(f"{source}: treatments.stratify_by: {checked.stratify_by!r} "
-                                  f"is not an aspect of the population (aspects: {have})")
+                raise fail("treatments.stratify_by", f"{checked.stratify_by!r} is not an "
+                           f"aspect of the population {have}")
             ids = {q.id for q in questionnaire.questions}
             for name, arm in checked.arms.items():
+                key = f"treatments.arms.{name}.before"
                 for qid in arm.before or ():
                     if qid not in ids:
-                        raise ConfigError(f"{source}: treatments.arms.{name}.before: {qid!r} "
-                                          f"is not a question of {Path(where).name}")
+                        raise fail(key, f"{qid!r} is not a question of {Path(where).name}")
                 if arm.before and arm.message is None:
-                    raise ConfigError(f"{source}: treatments.arms.{name}.before: the arm has "
-                                      "no message to show")
-        targets = settings.get("targets") or {}
-        for aspect in targets:
+                    raise fail(key, "the arm has no message to show")
+        for aspect in settings.get("targets") or {}:
             if aspect not in aspects:
-                raise ConfigError(f"{source}: targets.{aspect}: not an aspect of the "
-                                  f"population (aspects: {have})")
+                raise fail(f"targets.{aspect}", f"not an aspect of the population {have}")
         reference = None
         if settings.get("reference"):
             from ._analysis import read_reference
@@ -180,7 +183,11 @@ class Survey(Scenario):
                 if q is None:
                     raise ConfigError(f"{reference}: question {row['question']!r} is not in "
                                       f"the questionnaire")
-                if q.type != "numeric" and row["option"] not in q.options:
+                if q.type not in CHOICE and not q.coded:
+                    raise ConfigError(f"{reference}: question {q.id!r} is {q.type}: only "
+                                      "single-choice, likert and coded open questions have "
+                                      "reference shares")
+                if row["option"] not in q.options:
                     raise ConfigError(f"{reference}: question {q.id!r}: {row['option']!r} is "
                                       f"not one of its options ({', '.join(q.options)})")
         return SurveyConfig(questionnaire, model, where, reference)
@@ -194,7 +201,8 @@ class Survey(Scenario):
         """The generic form with the questionnaire written inline and the reference path
         absolute: the run directory resumes and reports on its own."""
         config: SurveyConfig = run_file.config
-        data = run_file.options.model_dump(mode="json", exclude={"settings"})
+        # steps come from the waves: the scenario takes no steps option
+        data = run_file.options.model_dump(mode="json", exclude={"settings", "steps"})
         data["scenario"] = run_file.scenario_ref
         settings = run_file.settings.model_dump(mode="json")
         settings["questionnaire"] = config.questionnaire.model_dump(mode="json",
@@ -244,53 +252,81 @@ class Survey(Scenario):
             profiles=profiles.select(columns) if columns else None,
             init={"models": run.models([config.model]), "plan": plan})
 
-    def _rows(self, wave: int) -> Rows:
+    def _rows(self, wave: int, start: int, done: list[pa.Table]) -> Rows:
+        """The rows of the answers received so far in a step: the batches ``done`` and the
+        one being collected, starting at respondent ``start``."""
         def rows(at: np.ndarray, outcomes: list[Any]) -> pa.Table:
-            return self.table(wave, self.ids[at], outcomes)
+            return pa.concat_tables([*done, self.table(wave, self.ids[start + at], outcomes)])
         return rows
 
     async def step(self, run: Run, t: int) -> None:
-        wave = t - 1
-        results = await run.collect(self.respondents.map(Respondent.answer, wave),
-                                    measure=_valid_share, partial=("answers", self._rows(wave)),
-                                    on_error="return")
-        table = self.table(wave, self.ids, results)
-        run.record("answers", table)
-        self._metrics(run, table)
+        wave, n, batch = t - 1, len(self.ids), run.settings.batch
+        done: list[pa.Table] = []
+        for start in range(0, n, batch):  # a batch at a time: answers in flight stay bounded
+            group = self.respondents if batch >= n else self.respondents[start:start + batch]
+            results = await run.collect(
+                group.map(Respondent.answer, wave), measure=_valid_share,
+                partial=("answers", self._rows(wave, start, done)), on_error="return",
+                progress=(start, n))
+            table = self.table(wave, self.ids[start:start + len(results)], results)
+            del results
+            run.record("answers", table)
+            done.append(table)
+        self._metrics(run, done)
 
     def table(self, wave: int, ids: np.ndarray, results: Sequence[Any]) -> pa.Table:
         """The ``answers`` rows of ``results`` (respondents ``ids``, in order)."""
         return decode(self.questionnaire, wave, ids, results, self.arms, self.arm_names)
 
-    def _metrics(self, run: Run, table: pa.Table) -> None:
-        valid = table.column("valid")
-        n = table.num_rows
-        run.metric("respondents", int(pc.count_distinct(table.column("agent_id")).as_py()))
+    def _metrics(self, run: Run, tables: list[pa.Table]) -> None:
+        """The step's totals and each question's marginals (from columns, in batches: no
+        copy of the step's rows)."""
+        q = self.questionnaire
+        k = max(len(x.options) for x in q.questions) + 1
+        counts = np.zeros((len(q.questions), k), dtype=np.int64)
+        sums = np.zeros(len(q.questions))
+        index = {x.id: i for i, x in enumerate(q.questions)}
+        n = valid_n = calls = ptok = ctok = errors = respondents = 0
+        for table in tables:
+            n += table.num_rows
+            valid = table.column("valid").to_numpy(zero_copy_only=False)
+            valid_n += int(valid.sum())
+            calls += int(pc.sum(table.column("calls")).as_py() or 0)
+            ptok += int(pc.sum(table.column("prompt_tokens")).as_py() or 0)
+            ctok += int(pc.sum(table.column("completion_tokens")).as_py() or 0)
+            errors += table.num_rows - table.column("error").null_count
+            agents = table.column("agent_id").to_numpy()
+            respondents += int(np.count_nonzero(np.diff(agents))) + 1 if agents.size else 0
+            encoded = pc.dictionary_encode(table.column("question")).combine_chunks()
+            qidx = np.array([index[v] for v in encoded.dictionary.to_pylist()],
+                            dtype=np.int64)[encoded.indices.to_numpy()]
+            code = table.column("code").to_numpy(zero_copy_only=False)
+            ok = valid & ~np.isnan(code)
+            np.add.at(sums, qidx[ok], code[ok])
+            picked = ok & (code >= 1) & (code < k) & (code == np.floor(code))
+            np.add.at(counts, (qidx[picked], code[picked].astype(np.int64)), 1)
+            counts[:, 0] += np.bincount(qidx[ok], minlength=len(q.questions))
+        run.metric("respondents", respondents)
         run.metric("answers", n)
-        run.metric("valid_share", pc.mean(valid.cast(pa.float64())).as_py() if n else None)
-        run.metric("calls", int(pc.sum(table.column("calls")).as_py() or 0))
-        run.metric("prompt_tokens", int(pc.sum(table.column("prompt_tokens")).as_py() or 0))
-        run.metric("completion_tokens",
-                   int(pc.sum(table.column("completion_tokens")).as_py() or 0))
-        errors = int(pc.sum(pc.is_valid(table.column("error"))).as_py() or 0)
+        run.metric("valid_share", valid_n / n if n else None)
+        run.metric("calls", calls)
+        run.metric("prompt_tokens", ptok)
+        run.metric("completion_tokens", ctok)
         run.metric("failed_questions", errors)
         if self.arms is not None:
-            counts = np.bincount(self.arms, minlength=len(self.arm_names))
-            run.metric("arms", dict(zip(self.arm_names, counts.tolist(), strict=True)))
+            arms = np.bincount(self.arms, minlength=len(self.arm_names))
+            run.metric("arms", dict(zip(self.arm_names, arms.tolist(), strict=True)))
         marginals: dict[str, Any] = {}
-        ok = table.filter(valid)
-        for qid, rows in _by_question(ok):
-            q = self.questionnaire.question(qid)
-            codes = rows.column("code").to_numpy(zero_copy_only=False)
-            if q.type in ("numeric", "likert"):
-                mean = float(np.nanmean(codes)) if codes.size else math.nan
-                run.metric(f"mean_{qid}", mean)
-            if q.type in CHOICE or q.coded:
-                counts = np.bincount(codes[~np.isnan(codes)].astype(np.int64),
-                                     minlength=len(q.options) + 1)[1:]
-                total = max(int(counts.sum()), 1)
-                marginals[qid] = {o: round(c / total, 6)
-                                  for o, c in zip(q.options, counts.tolist(), strict=True)}
+        for i, x in enumerate(q.questions):
+            answered = int(counts[i, 0])  # valid answers with a code
+            if not answered:
+                continue
+            if x.type in ("numeric", "likert"):
+                run.metric(f"mean_{x.id}", float(sums[i] / answered))
+            if x.type in CHOICE or x.coded:
+                marginals[x.id] = {o: round(int(c) / answered, 6)
+                                   for o, c in zip(x.options, counts[i, 1:len(x.options) + 1],
+                                                   strict=True)}
         if marginals:
             run.metric("marginals", marginals)
 
@@ -334,19 +370,9 @@ class Survey(Scenario):
         return report_tables(answers, profiles, questions, **inputs)
 
 
-def _by_question(table: pa.Table) -> list[tuple[str, pa.Table]]:
-    if not table.num_rows:
-        return []
-    keys = table.column("question").combine_chunks().dictionary_encode()
-    out = []
-    for k, qid in enumerate(keys.dictionary.to_pylist()):
-        out.append((qid, table.filter(pc.equal(keys.indices, k))))
-    return out
-
-
 def _valid_share(values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
     """Per respondent as answers arrive: the share of its answers that were valid."""
-    share = np.fromiter((np.frombuffer(v[4], np.int8).mean() if v[4] else np.nan
+    share = np.fromiter((np.frombuffer(v[0], ROW_DTYPE)["valid"].mean() if v[0] else np.nan
                          for v in values), np.float64, len(values))
     return share, np.full(len(values), np.nan)
 
@@ -358,44 +384,31 @@ def decode(questionnaire: Questionnaire, wave: int, ids: np.ndarray, results: Se
     questions = questionnaire.questions
     wave_ids = questionnaire.plan[wave]
     index = {q.id: i for i, q in enumerate(questions)}
-    unconditional = np.array([index[qid] for qid in wave_ids
-                              if questionnaire.question(qid).ask_if is None], dtype=np.int16)
-    cols: list[list[bytes]] = [[] for _ in range(8)]
+    unconditional = [index[qid] for qid in wave_ids
+                     if questionnaire.question(qid).ask_if is None]
+    chunks: list[bytes] = []
     raws: list[str] = []
     errors: list[str | None] = []
     counts = np.zeros(len(results), dtype=np.int64)
     for r, result in enumerate(results):
-        if isinstance(result, BaseException):
-            m = unconditional.size
-            packed: tuple[Any, ...] = (
-                unconditional.tobytes(), np.full(m, np.nan).tobytes(),
-                np.zeros(m, np.int16).tobytes(), np.zeros(m, np.int16).tobytes(),
-                np.zeros(m, np.int8).tobytes(), np.zeros(m, np.int32).tobytes(),
-                np.zeros(m, np.int32).tobytes(), np.zeros(m, np.int8).tobytes(),
-                SEP.join([""] * m), SEP.join([f"{type(result).__name__}: {result}"
-                                              .replace(SEP, " ")] * m))
-        else:
-            packed = result
-        m = len(packed[0]) // 2
-        counts[r] = m
-        if not m:
-            continue
-        for c in range(8):
-            cols[c].append(packed[c])
-        raws.append(packed[8])
-        errors.append(packed[9] if packed[9] is not None else None)
-    qidx = np.frombuffer(b"".join(cols[0]), np.int16)
-    code = np.frombuffer(b"".join(cols[1]), np.float64)
-    position = np.frombuffer(b"".join(cols[2]), np.int16)
-    shown = np.frombuffer(b"".join(cols[3]), np.int16)
-    valid = np.frombuffer(b"".join(cols[4]), np.int8).astype(bool)
-    ptok = np.frombuffer(b"".join(cols[5]), np.int32)
-    ctok = np.frombuffer(b"".join(cols[6]), np.int32)
-    calls = np.frombuffer(b"".join(cols[7]), np.int8)
-    n = qidx.size
+        if isinstance(result, BaseException):  # one row per question it would have had
+            m = len(unconditional)
+            why = f"{type(result).__name__}: {result}".replace(SEP, " ")
+            result = (b"".join(ROW.pack(i, math.nan, 0, 0, 0, 0, 0, 0) for i in unconditional),
+                      SEP.join([""] * m), SEP.join([why] * m))
+        rows, raw, error = result
+        counts[r] = m = len(rows) // ROW.size
+        if m:
+            chunks.append(rows)
+            raws.append(raw)
+            errors.append(error)
+    packed = np.frombuffer(b"".join(chunks), ROW_DTYPE)
+    del chunks
+    qidx, code, position = packed["question"], packed["code"], packed["position"]
+    valid = packed["valid"].astype(bool)
+    n = packed.size
     raw = _split(raws, n)
-    had = [e is not None for e in errors]
-    if any(had):
+    if any(e is not None for e in errors):
         per = counts[counts > 0]
         filled = [e if e is not None else SEP.join([""] * int(k))
                   for e, k in zip(errors, per.tolist(), strict=True)]
@@ -421,13 +434,13 @@ def decode(questionnaire: Questionnaire, wave: int, ids: np.ndarray, results: Se
         "answer": answer,
         "code": pa.array(code_out, mask=np.isnan(code_out)),
         "position": pa.array(position, mask=~has_position),
-        "options_shown": pa.array(shown),
+        "options_shown": pa.array(packed["shown"]),
         "valid": pa.array(valid),
         "raw": raw,
         "arm": arm,
-        "prompt_tokens": pa.array(ptok),
-        "completion_tokens": pa.array(ctok),
-        "calls": pa.array(calls),
+        "prompt_tokens": pa.array(packed["prompt_tokens"]),
+        "completion_tokens": pa.array(packed["completion_tokens"]),
+        "calls": pa.array(packed["calls"]),
         "error": error,
     }, schema=ANSWER_SCHEMA)
 
