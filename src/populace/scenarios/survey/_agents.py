@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from populace.core import Agent, ModelError, Profile, mix64, seed_for
@@ -28,6 +29,8 @@ from ._prompts import (
 )
 from ._questionnaire import CHOICE, Question, Questionnaire, compile_condition, holds
 
+#: How a server that does not take ``response_format`` says so (a client error).
+_REFUSED = re.compile(r"HTTP (400|422)\b")
 #: Separates the texts of one respondent's answers in :attr:`Answers.raw`.
 SEP = "\x1f"
 
@@ -41,7 +44,9 @@ class Plan:
     #: ``bases[w][i]``: the seed base of question ``i`` of wave ``w`` (per respondent:
     #: :func:`~populace.core.seed_for` with its id).
     bases: tuple[tuple[int, ...], ...]
-    structured: bool = True
+    #: True: answers are asked for as constrained JSON; "auto": so too, until the server
+    #: refuses a ``response_format`` (HTTP 400/422), then in plain text for the whole worker.
+    structured: bool | str = "auto"
     memory: bool = True
     temperature: float | None = None
     max_tokens: int | None = None
@@ -49,6 +54,11 @@ class Plan:
     attributes: tuple[str, ...] = ()
     #: arm → question id → the message its respondents read before that question.
     notes: Mapping[str, Mapping[str, str]] | None = None
+    #: What this worker learnt during the run (``"plain"``: the server refused JSON).
+    learnt: dict[str, bool] = field(default_factory=dict, compare=False)
+
+    def use_json(self) -> bool:
+        return bool(self.structured) and not self.learnt.get("plain")
 
     @functools.cached_property
     def questions(self) -> dict[str, tuple[int, Question]]:
@@ -58,6 +68,10 @@ class Plan:
     @functools.cached_property
     def remembered(self) -> frozenset[str]:
         return self.questionnaire.referenced()
+
+    @functools.cached_property
+    def remembered_order(self) -> tuple[str, ...]:
+        return tuple(sorted(self.remembered))
 
 
 @functools.lru_cache(maxsize=256)
@@ -146,8 +160,17 @@ class Respondent(Agent):
     async def _ask(self, messages: list[ChatMessage], seed: int, fmt: dict[str, Any] | None,
                    call: _Call) -> str:
         plan = self.plan
-        answer = await self.model.complete(messages, temperature=plan.temperature, seed=seed,
-                                           max_tokens=plan.max_tokens, response_format=fmt)
+        try:
+            answer = await self.model.complete(messages, temperature=plan.temperature,
+                                               seed=seed, max_tokens=plan.max_tokens,
+                                               response_format=fmt)
+        except ModelError as e:
+            if fmt is None or plan.structured != "auto" or not _REFUSED.search(str(e)):
+                raise
+            plan.learnt["plain"] = True  # this server takes no response_format: ask in text
+            call.calls += 1
+            answer = await self.model.complete(messages, temperature=plan.temperature,
+                                               seed=seed, max_tokens=plan.max_tokens)
         call.calls += 1 + answer.retries
         call.ptok += answer.prompt_tokens
         call.ctok += answer.completion_tokens
@@ -244,7 +267,7 @@ class Respondent(Agent):
             messages.append({"role": "user", "content": question})
             messages.append({"role": "assistant", "content": reply})
         messages.append({"role": "user", "content": asked})
-        fmt = response_format(q) if plan.structured else None
+        fmt = response_format(q) if plan.use_json() else None
         text = await self._ask(messages, seed, fmt, call)
         value = _parse(q, text, shown)
         raw = text
@@ -259,19 +282,30 @@ class Respondent(Agent):
             if q.coded:
                 coding = [{"role": "user", "content": coding_message(q, text)}]
                 coded = await self._ask(coding, seed + 2, response_format(q, coding=True)
-                                        if plan.structured else None, call)
+                                        if plan.use_json() else None, call)
                 value = parse_choice(coded, range(len(q.options)), q.options)
                 raw = f"{raw}\n---\n{coded}"
         if plan.memory:
             self.history.append((asked, text))
         return value, raw
 
-    def get_state(self) -> dict[str, Any]:
-        return {"known": self.known, "history": self.history}
+    def get_state(  # type: ignore[override]  # any picklable state is checkpointed
+            self) -> tuple[tuple[Any, ...], tuple[tuple[str, str], ...]] | None:
+        """The remembered answers (in :attr:`Plan.remembered_order`) and the conversation;
+        a tuple, not a dict: a million of them are checkpointed after every wave."""
+        if not self.known and not self.history:
+            return None
+        return (tuple(self.known.get(q) for q in self.plan.remembered_order),
+                tuple(self.history))
 
-    def set_state(self, state: dict[str, Any]) -> None:
-        self.known = dict(state.get("known") or {})
-        self.history = [tuple(h) for h in state.get("history") or ()]
+    def set_state(  # type: ignore[override]
+            self, state: tuple[tuple[Any, ...], tuple[tuple[str, str], ...]] | None) -> None:
+        if state is None:
+            self.known, self.history = {}, []
+            return
+        known, history = state
+        self.known = dict(zip(self.plan.remembered_order, known, strict=True))
+        self.history = [(q, a) for q, a in history]
 
 
 def _parse(q: Question, text: str, shown: list[int]) -> Any:

@@ -241,16 +241,21 @@ class Questionnaire(_Strict):
                 raise ValueError(f"waves.{w}: a question is asked twice in one wave")
         by_id = {q.id: q for q in self.questions}
         asked: set[str] = set()
+        position = {qid: i for i, qid in enumerate(ids)}
         for wave in self.plan:
             for qid in wave:
                 q = by_id[qid]
                 if q.ask_if is not None:
-                    _, names = compile_condition(q.ask_if)
+                    key = f"questions.{position[qid]}.ask_if of {qid!r}"
+                    try:
+                        _, names = compile_condition(q.ask_if)
+                    except ValueError as e:
+                        raise ValueError(f"{key}: {e}") from None
                     for name in names:
                         if name not in asked:
-                            raise ValueError(f"question {qid!r}: ask_if: "
+                            raise ValueError(f"{key}: "
                                              f"{_unknown(name, sorted(asked), 'an earlier')}")
-                        _check_values(q, by_id[name], q.ask_if)
+                        _check_values(key, by_id[name], q.ask_if)
                 asked.add(qid)
         return self
 
@@ -274,7 +279,7 @@ def _unknown(name: str, known: list[str], what: str = "a") -> str:
     return f"{name!r} is not {what} question{hint}"
 
 
-def _check_values(q: Question, ref: Question, source: str) -> None:
+def _check_values(key: str, ref: Question, source: str) -> None:
     """Comparisons that could never be true are typos: a choice question compared with a
     value that is not an option, ordered comparisons of anything but numbers, ``==`` on a
     multi-choice answer (a set: use ``"TV" in media``)."""
@@ -290,21 +295,21 @@ def _check_values(q: Question, ref: Question, source: str) -> None:
             value = ast.literal_eval(literal)
             values += list(value) if isinstance(value, list | tuple) else [value]
         if any(isinstance(op, _ORDER) for op in node.ops) and ref.type != "numeric":
-            raise ValueError(f"question {q.id!r}: ask_if: {ref.id!r} is {ref.type}: order "
+            raise ValueError(f"{key}: {ref.id!r} is {ref.type}: order "
                              "comparisons (<, >=) are for numeric questions; use == or in")
         if ref.type == "numeric":
             if any(not isinstance(v, int | float) for v in values):
-                raise ValueError(f"question {q.id!r}: ask_if: {ref.id!r} is numeric: compare "
+                raise ValueError(f"{key}: {ref.id!r} is numeric: compare "
                                  "it with numbers")
             continue
         if ref.type == "multi_choice" and any(isinstance(op, ast.Eq | ast.NotEq)
                                               for op in node.ops):
-            raise ValueError(f"question {q.id!r}: ask_if: {ref.id!r} is multi_choice: write "
+            raise ValueError(f"{key}: {ref.id!r} is multi_choice: write "
                              f"\"option\" in {ref.id}")
         if ref.type in (*CHOICE, "multi_choice") or ref.coded:
             for v in values:
                 if v not in ref.options:
-                    raise ValueError(f"question {q.id!r}: ask_if: {v!r} is not an option of "
+                    raise ValueError(f"{key}: {v!r} is not an option of "
                                      f"{ref.id!r} (options: {', '.join(ref.options)})")
 
 

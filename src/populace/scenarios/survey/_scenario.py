@@ -12,7 +12,7 @@ import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -111,8 +111,9 @@ class Survey(Scenario):
             description="a questionnaire file (relative to the run file) or the mapping itself")
         model: str | None = Field(None, description="the model that answers (default: the "
                                                     "only one under models:)")
-        structured: bool = Field(True, description="ask for a JSON answer constrained to the "
-                                                   "options (response_format)")
+        structured: bool | Literal["auto"] = Field(
+            "auto", description="ask for a JSON answer constrained to the options "
+            "(response_format); auto: unless the server refuses it, then in plain text")
         memory: bool = Field(True, description="earlier questions and answers stay in the "
                                                "conversation, across waves too")
         temperature: float | None = Field(None, ge=0, le=2)
@@ -125,7 +126,7 @@ class Survey(Scenario):
                                       "with (CSV or Parquet: question, option, share)")
         targets: dict[str, dict[str, float]] | None = Field(
             None, description="population shares per aspect value, for weighted marginals")
-        batch: int = Field(100_000, ge=1, le=100_000_000, description="respondents asked at "
+        batch: int = Field(50_000, ge=1, le=100_000_000, description="respondents asked at "
                            "once (bounds the memory of answers in flight)")
 
     @classmethod
