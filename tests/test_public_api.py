@@ -55,6 +55,11 @@ API: dict[str, set[str]] = {
         "PROMPT_FIELDS", "Participant", "RESPONSE_SCHEMA", "Reporter", "RoundOutcome",
         "Rules", "RunConfig", "SilentReporter", "Timings", "parse_number", "parse_ratio",
         "play", "score_groups", "score_round"},
+    "populace.scenarios.survey": {
+        "ANSWER_SCHEMA", "Arm", "Plan", "Question", "Questionnaire", "Respondent", "Survey",
+        "SurveyConfig", "Treatments", "assign_arms", "compare_reference", "crosstab",
+        "decode", "load_questionnaire", "marginals", "numeric_summary", "position_bias",
+        "rake", "read_reference", "report_tables", "treatment_effects"},
     "populace.studio": {
         "AgentBrowser", "AgentQueryError", "LiveRun", "NotFound", "Refused", "Runs",
         "StudioServer", "UnknownAgent", "create_app", "is_loopback", "new_token"},

@@ -9,6 +9,17 @@ a published reference. See ``docs/survey.md``.
 """
 
 from ._agents import Plan, Respondent
+from ._analysis import (
+    compare_reference,
+    crosstab,
+    marginals,
+    numeric_summary,
+    position_bias,
+    rake,
+    read_reference,
+    report_tables,
+    treatment_effects,
+)
 from ._questionnaire import Arm, Question, Questionnaire, Treatments, load_questionnaire
 from ._scenario import ANSWER_SCHEMA, Survey, SurveyConfig, assign_arms, decode
 
@@ -23,6 +34,15 @@ __all__ = [
     "SurveyConfig",
     "Treatments",
     "assign_arms",
+    "compare_reference",
+    "crosstab",
     "decode",
     "load_questionnaire",
+    "marginals",
+    "numeric_summary",
+    "position_bias",
+    "rake",
+    "read_reference",
+    "report_tables",
+    "treatment_effects",
 ]
