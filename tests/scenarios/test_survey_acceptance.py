@@ -31,10 +31,14 @@ from populace.llm import Completion, ModelStats, ScriptedParams, ServerOptions, 
 from populace.llm._scripted import EDUCATION_STEPS
 from populace.llm._survey_rule import survey_reply
 from populace.results import RunDirectory, read_summary, read_table
-from populace.scenarios.survey import Questionnaire
-from populace.scenarios.survey._agents import Plan, Respondent
-from populace.scenarios.survey._analysis import crosstab, treatment_effects
-from populace.scenarios.survey._scenario import decode
+from populace.scenarios.survey import (
+    Plan,
+    Questionnaire,
+    Respondent,
+    crosstab,
+    decode,
+    treatment_effects,
+)
 
 INSTRUCTIONS = "You are taking part in a survey about health."
 LEVELS = ("doctorate", "master's degree", "bachelor's degree", "high school", "primary school")
@@ -153,7 +157,7 @@ def check_reproduction(run: dict[str, Any]) -> None:
     own = run["both"][np.arange(N), [int(a == "cue") for a in arm]]
     assert [int(r["code"]) for r in answers] == own.tolist()
     assert [r["arm"] for r in answers] == arm
-    assert arm.count("cue") == arm.count("control") == N // 2
+    assert abs(arm.count("cue") - arm.count("control")) <= len(LEVELS)  # exact per stratum
 
 
 def analytic_effect(people: Sequence[dict[str, Any]], cue: int) -> float:
@@ -171,7 +175,8 @@ async def test_a_known_treatment_shift_is_recovered(cued: dict[str, Any]) -> Non
     assert abs(true_effect - analytic_effect(cued["people"], 1)) < 0.03
     assert 0.85 < true_effect < 1.0
     row = effect_row(cued)
-    assert (row["n_arm"], row["n_control"]) == (N // 2, N // 2)
+    arms = [p["arm"] for p in cued["people"]]
+    assert (row["n_arm"], row["n_control"]) == (arms.count("cue"), arms.count("control"))
     assert row["ci_low"] <= true_effect <= row["ci_high"], (row, true_effect)
     assert abs(row["estimate"] - 1) < 0.15, row
     assert row["p_value"] < 1e-6
@@ -481,11 +486,13 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, dir
     return run_in_process(capsys, monkeypatch, "run", path, "--out", directory / "out")
 
 
+ORDER = ("questions.3.ask_if", "'follow'", "'trust'", "likert", "numeric")
+EQUALS = ("questions.3.ask_if", "'follow'", "'media'", "multi_choice", "in media")
+
+
 @pytest.mark.parametrize(("condition", "named"), [
-    ('trust >= "A lot"', ("'follow'", "ask_if", "'trust'", "likert", "numeric")),
-    ('"A lot" < trust', ("'follow'", "ask_if", "'trust'", "likert", "numeric")),
-    ('media == "TV"', ("'follow'", "ask_if", "'media'", "multi_choice", "in media")),
-    ('media != ["TV"]', ("'follow'", "ask_if", "'media'", "multi_choice", "in media")),
+    ('trust >= "A lot"', ORDER), ('"A lot" < trust', ORDER),
+    ('media == "TV"', EQUALS), ('media != ["TV"]', EQUALS),
 ])
 def test_an_ask_if_that_cannot_fit_the_question_type_is_refused(
         condition: str, named: tuple[str, ...], tmp_path: Path,
