@@ -283,3 +283,149 @@ async def test_agents_call_the_model_inside_reply() -> None:
     assert list(answers) == [mix64(i) % 101 for i in range(40)]
     assert one == mix64(3) % 101
     assert stats["status"]["200"] == 41 and stats["injected"]["500"] > 0
+
+
+# -- a misbehaving server: usage and content ----------------------------------------------------
+def _with_usage(chat_body: Any, usage: Any, *, omit: bool = False) -> dict[str, Any]:
+    body = chat_body("42")
+    if omit:
+        del body["usage"]
+    else:
+        body["usage"] = usage
+    return body
+
+
+@pytest.mark.parametrize(
+    ("usage", "tokens", "anomalies"),
+    [
+        ({"prompt_tokens": 3, "completion_tokens": 1}, (3, 1), 0),
+        ({"prompt_tokens": -500, "completion_tokens": 1}, (0, 1), 1),
+        ({"prompt_tokens": 3, "completion_tokens": -1}, (3, 0), 1),
+        ({"prompt_tokens": "7", "completion_tokens": 1}, (0, 1), 1),
+        ({"prompt_tokens": True, "completion_tokens": False}, (0, 0), 1),
+        ({"prompt_tokens": 2.5, "completion_tokens": 1}, (0, 1), 1),
+        ({"prompt_tokens": 7.0, "completion_tokens": 1}, (7, 1), 0),  # integral: a count
+        ({"prompt_tokens": [3], "completion_tokens": {"n": 1}}, (0, 0), 1),
+        ({"completion_tokens": 1}, (0, 1), 0),  # an absent count is 0, not an anomaly
+        ({}, (0, 0), 0),
+        (None, (0, 0), 0),
+        ("lots", (0, 0), 1),
+        ([3, 1], (0, 0), 1),
+        (-500, (0, 0), 1),
+    ],
+)
+async def test_usage_counts_that_are_not_counts_are_zero_and_an_anomaly(
+    chat_body: Any, scripted_server: Any, usage: Any, tokens: tuple[int, int], anomalies: int
+) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response(_with_usage(chat_body, usage))
+
+    async with scripted_server(handler) as base:
+        model = OpenAIModel("m", model="m", base_urls=[base])
+        try:
+            c = await model.complete(USER)
+            await model.complete(USER)
+        finally:
+            await model.aclose()
+    assert c.text == "42"
+    assert (c.prompt_tokens, c.completion_tokens) == tokens
+    st = model.statistics()
+    assert (st.prompt_tokens, st.completion_tokens) == (2 * tokens[0], 2 * tokens[1])
+    assert st.prompt_tokens >= 0 and st.completion_tokens >= 0
+    assert model.protocol_anomalies == 2 * anomalies
+    assert (st.requests, st.failures, st.retries) == (2, 0, 0)
+
+
+async def test_a_response_without_usage_counts_no_tokens(
+    chat_body: Any, scripted_server: Any
+) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response(_with_usage(chat_body, None, omit=True))
+
+    async with scripted_server(handler) as base:
+        model = OpenAIModel("m", model="m", base_urls=[base])
+        try:
+            c = await model.complete(USER)
+        finally:
+            await model.aclose()
+    assert (c.text, c.prompt_tokens, c.completion_tokens) == ("42", 0, 0)
+    assert model.protocol_anomalies == 0
+
+
+async def test_a_malformed_usage_is_logged_once(
+    chat_body: Any, scripted_server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response(_with_usage(chat_body, {"prompt_tokens": -500}))
+
+    async with scripted_server(handler) as base:
+        model = OpenAIModel("m", model="m", base_urls=[base])
+        try:
+            with caplog.at_level("WARNING", logger="populace.llm.openai"):
+                for _ in range(3):
+                    await model.complete(USER)
+        finally:
+            await model.aclose()
+    [record] = caplog.records
+    assert "malformed usage" in record.getMessage() and "-500" in record.getMessage()
+    assert model.protocol_anomalies == 3 and model.statistics().prompt_tokens == 0
+
+
+@pytest.mark.parametrize(
+    ("content", "text"),
+    [
+        (42, "42"),
+        (0, "0"),
+        (33.5, "33.5"),
+        (-3, "-3"),
+        ([{"type": "text", "text": "The answer is 22."}], "The answer is 22."),
+    ],
+)
+async def test_a_content_that_is_a_number_or_parts_is_read_as_text(
+    chat_body: Any, scripted_server: Any, content: Any, text: str
+) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        body = chat_body("")
+        body["choices"][0]["message"]["content"] = content
+        return web.json_response(body)
+
+    async with scripted_server(handler) as base:
+        model = OpenAIModel("m", model="m", base_urls=[base], max_retries=0)
+        try:
+            assert (await model.complete(USER)).text == text
+        finally:
+            await model.aclose()
+
+
+@pytest.mark.parametrize(
+    ("message", "cause"),
+    [
+        ({"role": "assistant", "content": ""}, "empty content from"),
+        ({"role": "assistant", "content": " \n"}, "empty content from"),
+        ({"role": "assistant", "content": None}, "empty content (null) from"),
+        ({"role": "assistant", "content": []}, "empty content from"),
+        ({"role": "assistant"}, "response without choices[0].message.content from"),
+        ("hello", "response without choices[0].message.content from"),
+        ({"role": "assistant", "content": True},
+         "response without choices[0].message.content as text (got bool)"),
+        ({"role": "assistant", "content": {"text": "42"}},
+         "response without choices[0].message.content as text (got dict)"),
+    ],
+)
+async def test_a_missing_or_empty_content_is_reported_as_such(
+    chat_body: Any, scripted_server: Any, message: Any, cause: str
+) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        body = chat_body("")
+        body["choices"][0]["message"] = message
+        return web.json_response(body)
+
+    async with scripted_server(handler) as base:
+        model = OpenAIModel("m", model="m", base_urls=[base], max_retries=0)
+        try:
+            with pytest.raises(ModelError) as info:
+                await model.complete(USER)
+        finally:
+            await model.aclose()
+    assert cause in str(info.value)
+    assert model.statistics().failures == 1

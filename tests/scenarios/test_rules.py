@@ -98,7 +98,7 @@ def test_parse_number_reads_the_reported_number(text: str, expected: float) -> N
         "-1",
         "100.5",
         "The answer is 150",
-        "I pick 20 out of 1000",  # the last number wins, and it is out of range
+        "Between 20 and 1000",  # the last number wins, and it is out of range
         "nan",
         "NaN",
         "inf",

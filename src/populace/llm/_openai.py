@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import logging
+import math
 import random
 import time
 from collections.abc import Sequence
@@ -27,6 +29,9 @@ from populace.core import ModelError
 
 from ._base import ChatMessage, Completion, ModelStats
 from ._pool import EndpointPool, EndpointStats, Lease
+from ._replies import text_of
+
+log = logging.getLogger("populace.llm.openai")
 
 # Statuses worth another try: the server is busy, restarting, or briefly unwell.
 _RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
@@ -79,6 +84,35 @@ def _error_detail(raw: bytes) -> str:
     return text or "empty body"
 
 
+def _token_count(value: Any) -> int | None:
+    """A ``usage`` count as an int; None when it is not a count (negative, fractional, a
+    string or a boolean). An absent count is 0: some servers send no usage."""
+    if value is None:
+        return 0
+    if type(value) is int:
+        return value if value >= 0 else None
+    if type(value) is float and math.isfinite(value) and value >= 0 and value.is_integer():
+        return int(value)
+    return None
+
+
+def _content_text(message: Any) -> str:
+    """The text of ``choices[0].message``; raises :class:`_Failure` saying what is wrong."""
+    try:
+        content = message["content"]
+    except (KeyError, TypeError) as exc:
+        raise _Failure("response without choices[0].message.content") from exc
+    if isinstance(content, bool) or not isinstance(content, str | int | float | list | None):
+        raise _Failure("response without choices[0].message.content as text "
+                       f"(got {type(content).__name__})")
+    if isinstance(content, int | float):  # a bare JSON number ("content": 42) is its text
+        return str(content)
+    text = text_of(content)  # multi-part content keeps its text parts
+    if not text.strip():
+        raise _Failure("empty content" + (" (null)" if content is None else ""))
+    return text
+
+
 class OpenAIModel:
     """A :class:`~populace.llm.ModelClient` over OpenAI-compatible HTTP servers.
 
@@ -97,6 +131,10 @@ class OpenAIModel:
     ``temperature``, ``top_p`` and ``max_tokens`` are defaults that per-call arguments
     override. A completion's ``latency_s`` spans the whole call: queueing, every attempt and
     the waits between them.
+
+    ``usage`` counts that are not counts (negative, fractional, strings, booleans) are taken
+    as 0 and counted in :attr:`protocol_anomalies`, so a misbehaving server cannot corrupt
+    the token totals; a content that is a bare number is read as its text.
 
     The client binds to the event loop of its first call; build one per worker
     (``PerWorker(OpenAIModel, ...)``) and ``await model.aclose()`` at the end.
@@ -162,6 +200,7 @@ class OpenAIModel:
         self._retries = 0
         self._prompt_tokens = 0
         self._completion_tokens = 0
+        self._anomalies = 0
 
     def __repr__(self) -> str:
         return f"OpenAIModel({self.name!r}, model={self.model!r}, base_urls={self._pool.urls!r})"
@@ -206,6 +245,11 @@ class OpenAIModel:
         return ModelStats(self.name, self._requests, self._failures, self._in_flight,
                           self._prompt_tokens, self._completion_tokens, self._retries,
                           self._pool.statistics())
+
+    @property
+    def protocol_anomalies(self) -> int:
+        """Successful responses whose ``usage`` was malformed (its tokens counted as 0)."""
+        return self._anomalies
 
     def endpoint_statistics(self) -> tuple[EndpointStats, ...]:
         """Per-endpoint counters of the underlying pool."""
@@ -277,15 +321,28 @@ class OpenAIModel:
                 pool.release(lease, ok=False, strike=False, count=False)
                 raise
             pool.release(lease, ok=True)
-            prompt_tokens = completion_tokens = 0
-            if type(usage) is dict:
-                pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
-                prompt_tokens = pt if type(pt) is int else 0
-                completion_tokens = ct if type(ct) is int else 0
+            prompt_tokens, completion_tokens = self._usage(usage, lease.url)
             self._prompt_tokens += prompt_tokens
             self._completion_tokens += completion_tokens
             return Completion(text, self.name, prompt_tokens, completion_tokens,
                               loop.time() - start, lease.url, attempt)
+
+    def _usage(self, usage: Any, url: str) -> tuple[int, int]:
+        """``(prompt_tokens, completion_tokens)`` of a response; a malformed count is 0."""
+        if usage is None:
+            return 0, 0
+        if type(usage) is dict:
+            pt = _token_count(usage.get("prompt_tokens"))
+            ct = _token_count(usage.get("completion_tokens"))
+            if pt is not None and ct is not None:
+                return pt, ct
+        else:
+            pt = ct = None
+        self._anomalies += 1
+        if self._anomalies == 1:  # once per client: a server that does it once does it always
+            log.warning("model %r: %s sent malformed usage %.200r; its tokens are counted as 0",
+                        self.name, url, usage)
+        return pt or 0, ct or 0
 
     def _delay(self, attempt: int, requested: float | None) -> float:
         if requested is not None:
@@ -324,9 +381,7 @@ class OpenAIModel:
         except ValueError as exc:
             raise _Failure(f"malformed JSON body ({len(raw)} bytes)") from exc
         try:
-            text = data["choices"][0]["message"]["content"]
+            message = data["choices"][0]["message"]
         except (KeyError, IndexError, TypeError) as exc:
             raise _Failure("response without choices[0].message.content") from exc
-        if type(text) is not str or not text.strip():
-            raise _Failure("empty content")
-        return text, data.get("usage")
+        return _content_text(message), data.get("usage")

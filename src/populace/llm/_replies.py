@@ -11,10 +11,13 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-_ANSWER_IS = re.compile(r"answer\s+is\s*[:=]?\s*[*\"'(\[]*\s*(-?\d+(?:\.\d+)?)", re.IGNORECASE)
+# A numeral as written: "22", "-3.5", "1,000" (thousands) or a fraction "2/3"; kept as is so
+# that an extraction reply echoes what the player wrote.
+_NUMBER = r"-?(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d+)(?:\.\d+)?(?:/\d+(?:\.\d+)?)?"
+_ANSWER_IS = re.compile(rf"answer\s+is\s*[:=]?\s*[*\"'(\[]*\s*({_NUMBER})", re.IGNORECASE)
 _TEMPLATE = re.compile(r"answer\s+is", re.IGNORECASE)
 _EXTRACT = re.compile(r"\bextract", re.IGNORECASE)
-_NUMERAL = re.compile(r"-?\d+(?:\.\d+)?")
+_NUMERAL = re.compile(_NUMBER)
 
 
 def text_of(content: Any) -> str:
@@ -69,9 +72,12 @@ def json_answer(response_format: dict[str, Any], reasoning: str,
     (numbers with ``number``, which may be None: no number settled on)."""
     value: int | float | str | None = number
     if isinstance(number, str):
+        digits = number.replace(",", "")
+        num, slash, den = digits.partition("/")
         try:
-            value = float(number) if "." in number else int(number)
-        except ValueError:
+            value = float(num) / float(den) if slash else (
+                float(digits) if "." in digits else int(digits))
+        except (ValueError, ZeroDivisionError):
             value = number
     schema = response_format.get("json_schema") or {}
     props = (schema.get("schema") or {}).get("properties") if isinstance(schema, dict) else None

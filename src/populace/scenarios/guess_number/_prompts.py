@@ -8,8 +8,9 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
+
+from ._rules import read_answer
 
 RULES = (
     "You are one of {n_players} players in a number game.{composition} Every player "
@@ -60,13 +61,18 @@ RESPONSE_SCHEMA: dict[str, Any] = {
     },
 }
 
-_ANSWER_IS = re.compile(r"answer is\s*:?\s*\[?\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+))", re.IGNORECASE)
-
 
 def extracted_number(text: str) -> str | None:
-    """The N of "The answer is N" in an extraction reply; None for "I CAN'T" or no match."""
-    match = _ANSWER_IS.search(text)
-    return match.group(1) if match else None
+    """The N of "The answer is N" in an extraction reply, as written ("22", "2/3", "1,000");
+    None for "I CAN'T", the template itself ("The answer is N") or no stated number.
+
+    A reply that is one number and nothing else ("22", "**22**") counts too.
+
+    >>> extracted_number("The answer is 2/3.")
+    '2/3'
+    """
+    found = read_answer(text, stated_only=True)
+    return found[0] if found else None
 
 
 def describe_target(ratio: Any, offset: float) -> str:
