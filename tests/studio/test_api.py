@@ -192,7 +192,7 @@ def test_starting_validates_like_populace_run(client: TestClient, workspace: Pat
     r = client.post("/api/runs", json={"config": "broken.yaml"})
     assert r.status_code == 400
     assert r.json()["error"].startswith(f"{workspace / 'broken.yaml'}: ")
-    assert client.post("/api/runs", json={"config": "tiny.yaml", "agents": 0}).status_code == 422
+    assert client.post("/api/runs", json={"config": "tiny.yaml", "agents": 0}).status_code == 400
     assert client.post("/api/runs", json={"config": "notes.yaml"}).status_code == 400
 
 

@@ -34,6 +34,7 @@ MAX_AGENT_ROWS = 500     # rows of one table on an agent's page (the latest)
 PROFILES = "profiles"    # the run's profile table (one row per agent), when it has one
 _HIDDEN = ("background",)  # long text: shown on the agent's own page only
 _STEP_COLUMNS = ("step", "round")  # a per-step table's step column ("round": the game's)
+_INT64 = (-(2**63), 2**63 - 1)     # what an integer filter can be compared with
 
 
 class AgentQueryError(PopulaceError, ValueError):
@@ -172,9 +173,9 @@ class AgentBrowser:
             return m if mask is None else pc.and_(mask, m)
 
         if agent_id is not None:
-            mask = both(pc.equal(rows.column("agent_id"), agent_id))
+            mask = both(_equal(rows.column("agent_id"), "agent_id", agent_id))
         if group is not None and "group" in rows.column_names:
-            mask = both(pc.equal(rows.column("group"), group))
+            mask = both(_equal(rows.column("group"), "group", group))
         if attribute:
             if attribute not in rows.column_names:
                 raise AgentQueryError(f"no attribute {attribute!r} (known: "
@@ -199,6 +200,8 @@ class AgentBrowser:
         background = None
         rows_by_step: dict[int, dict[str, list[dict[str, Any]]]] = {}
         names = []
+        if not _INT64[0] <= agent_id <= _INT64[1]:
+            raise UnknownAgent(f"no agent {agent_id} in this run")
         for entry in self.tables(run):
             table = self._table(run, entry["name"])
             found = table.filter(pc.equal(table.column("agent_id"), agent_id))
@@ -224,6 +227,25 @@ class AgentBrowser:
                 "background": background, "tables": names, "steps": steps}
 
 
+def _short(value: str, limit: int = 40) -> str:
+    return value if len(value) <= limit else value[:limit] + "…"
+
+
+def _equal(col: pa.ChunkedArray, name: str, number: int | float) -> Any:
+    """The rows of ``col`` equal to ``number``; :class:`AgentQueryError` for a number no
+    cell of its type can hold (beyond int64, or beyond a float) or a column of another kind."""
+    try:
+        if pa.types.is_floating(col.type):
+            number = float(number)
+        elif isinstance(number, int) and not _INT64[0] <= number <= _INT64[1]:
+            raise OverflowError
+        return pc.equal(col, number)
+    except OverflowError:
+        raise AgentQueryError(f"{name}: {_short(str(number))} is out of range") from None
+    except (pa.ArrowException, TypeError):
+        raise AgentQueryError(f"{name} cannot be compared with {_short(str(number))}") from None
+
+
 def _match(col: pa.ChunkedArray, name: str, value: str) -> Any:
     if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
         return pc.match_substring(col, value, ignore_case=True)
@@ -231,8 +253,8 @@ def _match(col: pa.ChunkedArray, name: str, value: str) -> Any:
         return pc.equal(col, value.strip().lower() in ("1", "true", "yes"))
     try:
         number = json.loads(value)
-    except ValueError:
+    except ValueError:  # not JSON, or an integer of more digits than int() takes
         number = None
     if not isinstance(number, int | float) or isinstance(number, bool):
-        raise AgentQueryError(f"{name} holds numbers; {value!r} is not one")
-    return pc.equal(col, number)
+        raise AgentQueryError(f"{name} holds numbers; {_short(value)!r} is not one")
+    return _equal(col, name, number)

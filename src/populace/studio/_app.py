@@ -13,35 +13,52 @@ Endpoints (all under the security rules of ``_security``)::
     GET  /api/runs/{id}/agents/{agent_id}   one agent: profile, background, rows per step
     GET  /api/configs                       run files the studio may start
     GET  /runs/{id}/report/                 the run's report.html (and files it links)
+
+Every error is ``{"error": "one line"}``: 400 for a request the studio refuses (a bad body
+or parameter, a run file it does not list), 401/403 from ``_security``, 404 for what does
+not exist (a run, a file, an agent, an id that cannot name one), 405 for a method a path
+does not take. An exception nothing expected is one line in the log and a 500
+``{"error": "internal error"}``, never a traceback.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import populace
 from populace.results import RunSnapshot, run_snapshot
 
 from ._agents import AgentBrowser, AgentQueryError, UnknownAgent
 from ._runs import NotFound, Refused, Runs
-from ._security import Guard, is_loopback
+from ._security import Guard, _refuse, is_loopback
 
 STATIC = Path(__file__).parent / "static"
 REPORT_FILES = (".html", ".png", ".svg", ".jpg", ".jpeg", ".css", ".js", ".json", ".csv")
+MAX_BODY = 64 * 1024  # bytes of a request body: a start request is a few dozen
+_SOURCES = ("body", "query", "path", "header", "cookie")  # the first part of an error's loc
+
+log = logging.getLogger("populace.studio")
 
 
 class StartRequest(BaseModel):
-    """What the start form sends: a run file and optional overrides."""
+    """What the start form sends: a run file and optional overrides (JSON numbers; no
+    other fields)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     config: str = Field(max_length=1000)
     agents: int | None = Field(None, ge=1)
@@ -64,13 +81,15 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
                          "`populace studio` generate one)")
     app = FastAPI(title="Populace Studio", version=populace.__version__, docs_url=None,
                   redoc_url=None, openapi_url=None)
+    app.add_middleware(_InternalErrors)
     agents = AgentBrowser()
     app.state.runs = runs
     app.state.closing = False
 
     @app.exception_handler(NotFound)
     async def not_found(_: Request, e: NotFound) -> JSONResponse:
-        return JSONResponse({"error": f"no run or file named {str(e)!r}"}, status_code=404)
+        name = str(e) if len(str(e)) <= 100 else str(e)[:100] + "…"
+        return JSONResponse({"error": f"no run or file named {name!r}"}, status_code=404)
 
     @app.exception_handler(Refused)
     async def refused(_: Request, e: Refused) -> JSONResponse:
@@ -87,6 +106,17 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
     @app.exception_handler(UnknownAgent)
     async def unknown(_: Request, e: UnknownAgent) -> JSONResponse:
         return JSONResponse({"error": str(e)}, status_code=404)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        errors = e.errors()
+        in_path = any(err.get("loc", ("",))[0] == "path" for err in errors)
+        return JSONResponse({"error": _one_line(errors)}, status_code=404 if in_path else 400)
+
+    @app.exception_handler(HTTPException)  # no such page, a method a path does not take
+    async def http_error(_: Request, e: HTTPException) -> JSONResponse:
+        return JSONResponse({"error": str(e.detail).lower()}, status_code=e.status_code,
+                            headers=e.headers)
 
     def view(run_id: str) -> RunSnapshot:
         live = runs.live(run_id)
@@ -124,7 +154,11 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
 
     # Starting and stopping run on the event loop, one at a time: no two starts can race.
     @app.post("/api/runs")
-    async def start_run(body: StartRequest) -> dict[str, Any]:
+    async def start_run(request: Request) -> dict[str, Any]:
+        try:  # read bounded and parsed here: FastAPI's parser fails on non-UTF-8 bodies
+            body = StartRequest.model_validate_json(await _body(request))
+        except ValidationError as e:
+            raise Refused(_one_line(e.errors())) from None
         overrides = {k: v for k, v in body.model_dump().items() if k != "config"}
         live = runs.start(body.config, overrides)
         return {"id": live.run_id, "config": live.config}
@@ -186,3 +220,62 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
         return runs.configs()
 
     return Guard(app, token=token, loopback=loopback)
+
+
+def _one_line(errors: Sequence[Any]) -> str:
+    """Pydantic's errors as one line: where the first is, what it says, how many more."""
+    first = errors[0] if errors else {}
+    loc = [str(part) for part in first.get("loc", ())]
+    where = ".".join(loc[1:] if loc and loc[0] in _SOURCES else loc) or "request body"
+    message = " ".join(str(first.get("msg", "invalid")).split())
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {message}{more}"
+
+
+async def _body(request: Request) -> bytes:
+    """The request's body; :class:`Refused` past ``MAX_BODY`` bytes, before reading on."""
+    too_big = Refused(f"the request body is over {MAX_BODY >> 10} KiB")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY:
+        raise too_big
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise too_big
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class _InternalErrors:
+    """ASGI middleware: an exception that no handler expects becomes one line in the log and
+    a 500 ``{"error": "internal error"}`` (or the end of a stream already under way),
+    instead of a traceback and a plain-text page."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as e:  # the point: no exception reaches the server
+            while isinstance(e, ExceptionGroup) and len(e.exceptions) == 1:
+                e = e.exceptions[0]
+            text = (str(e).splitlines() or [""])[0][:200]
+            log.error("studio: %s %r failed: %s: %s", scope.get("method"), scope.get("path"),
+                      type(e).__name__, text)
+            if started:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            else:
+                await _refuse(send, 500, "internal error")

@@ -4,6 +4,14 @@ Every run is a directory directly under the runs directory, named by its id. Ids
 requests are checked against a strict pattern and resolved; anything that would land
 outside the runs directory (``..``, absolute paths, symlinks out) is simply not found.
 
+The run files the studio lists and the ones it starts follow one rule (``Runs._hidden``):
+a regular ``.yaml``/``.yml`` file of at most 1 MiB under the working directory or the runs
+directory, at most three folders deep, not hidden, not in a skipped folder (hidden ones,
+``node_modules``, virtual environments, …), not inside a run directory, reached through no
+linked folder and, if it is a link itself, linking inside those directories; its first
+64 KiB set ``agents:`` or ``scenario:``. The listing looks at a bounded number of directory
+entries and lists at most ``MAX_CONFIGS`` files.
+
 Runs started from the studio each get a thread with its own event loop, running the one
 launcher (``launch(run_file, run_dir, monitor=...)``), so they get what ``populace run``
 gives: checkpoints, recovery from a lost worker, the summary. A simulation of a million
@@ -17,7 +25,10 @@ checkpoint stay on disk.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import os
 import re
+import stat
 import sys
 import threading
 import time
@@ -33,7 +44,15 @@ from populace.results import RunDirectory, RunMonitor, run_snapshot
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _CONFIG_SUFFIXES = (".yaml", ".yml")
 _SKIP_DIRS = {"node_modules", "__pycache__", "site-packages", "build", "dist"}
-MAX_CONFIGS = 200
+_RUN_FILE_KEY = re.compile(rb"^(agents|scenario):", re.MULTILINE)
+# Opening never blocks (a FIFO) and never follows a last link (the target was checked).
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) \
+    | getattr(os, "O_CLOEXEC", 0)
+MAX_CONFIGS = 500            # run files listed
+MAX_CONFIG_DEPTH = 3         # folders between a root and a run file
+MAX_CONFIG_ENTRIES = 20_000  # directory entries one listing looks at, per root
+CONFIG_HEAD = 64 * 1024      # bytes read of a file to tell whether it is a run file
+MAX_RUN_FILE = 1 << 20       # bytes: `populace run` reads a run file whole
 MAX_RUNS = 500
 
 
@@ -66,14 +85,14 @@ class Runs:
     """Past runs under ``runs_dir`` and the live runs of this process.
 
     ``roots``: directories that configs started from the studio must lie under (the working
-    directory and the runs directory's parent, by default).
+    directory and the runs directory, by default; never a run directory inside them).
     """
 
     def __init__(self, runs_dir: str | Path, roots: Sequence[str | Path] | None = None
                  ) -> None:
         self.runs_dir = Path(runs_dir).resolve()
         if roots is None:
-            roots = [Path.cwd(), self.runs_dir.parent]
+            roots = [Path.cwd(), self.runs_dir]
         self.roots = list(dict.fromkeys(Path(r).resolve() for r in roots))
         self._live: dict[str, LiveRun] = {}
 
@@ -95,10 +114,16 @@ class Runs:
         """A file inside run ``run_id`` (for the report and what it links), checked to stay
         inside the run directory and to have one of ``suffixes``."""
         base = self.path(run_id)
-        if not relative or relative.startswith(("/", "\\")) or "\\" in relative:
+        if not relative or relative.startswith(("/", "\\")) or "\\" in relative \
+                or "\x00" in relative:
             raise NotFound(relative)
-        p = (base / relative).resolve()
-        if not p.is_relative_to(base) or p.suffix.lower() not in suffixes or not p.is_file():
+        try:
+            p = (base / relative).resolve()
+            found = p.is_relative_to(base) and p.suffix.lower() in suffixes \
+                and stat.S_ISREG(p.stat().st_mode)
+        except (OSError, RuntimeError):  # a name too long, a link loop
+            found = False
+        if not found:
             raise NotFound(relative)
         return p
 
@@ -150,22 +175,113 @@ class Runs:
 
     # -- configs -----------------------------------------------------------------------------
     def configs(self) -> list[str]:
-        """Run files a user may start: YAML files under the allowed roots that look like
-        run files (they set ``agents`` or ``scenario``)."""
-        out: list[str] = []
+        """Run files a user may start (the rule in the module docstring), sorted per
+        folder, at most ``MAX_CONFIGS`` of them."""
+        out: dict[str, None] = {}
         for root in self.roots:
-            for p in _walk(root, self.runs_dir, depth=3):
+            for p in self._walk(root):
                 if len(out) >= MAX_CONFIGS:
-                    return out
-                try:
-                    head = p.read_text(errors="replace")[:4096]
-                except OSError:
-                    continue
-                if re.search(r"^(agents|scenario):", head, re.MULTILINE):
-                    name = self._display(p)
-                    if name not in out:
-                        out.append(name)
-        return out
+                    return list(out)
+                if self._not_run_file(p) is None:
+                    out.setdefault(self._display(p))
+        return list(out)
+
+    def _walk(self, root: Path) -> Iterator[Path]:
+        """Paths of YAML files under ``root``, in folders the rule lets in, in order;
+        ``MAX_CONFIG_ENTRIES`` directory entries looked at in all."""
+        budget = MAX_CONFIG_ENTRIES
+
+        def walk(d: Path, depth: int) -> Iterator[Path]:
+            nonlocal budget
+            try:
+                with os.scandir(d) as it:
+                    entries = sorted((e.name, e.is_dir(follow_symlinks=False))
+                                     for e in itertools.islice(it, max(0, budget)))
+            except OSError:
+                return
+            budget -= len(entries)
+            for name, is_dir in entries:
+                p = d / name
+                if not is_dir:
+                    if p.suffix.lower() in _CONFIG_SUFFIXES:
+                        yield p
+                elif depth < MAX_CONFIG_DEPTH and self._skipped(p) is None:
+                    yield from walk(p, depth + 1)
+
+        yield from walk(root, 0)
+
+    def _in_run_dir(self, p: Path) -> bool:
+        return p.is_relative_to(self.runs_dir) and len(p.relative_to(self.runs_dir).parts) > 1
+
+    def _skipped(self, d: Path) -> str | None:
+        """Why the rule keeps out of folder ``d`` (under a root); None if it does not."""
+        if d.parent == self.runs_dir:
+            return f"it lies in run directory {d.name}"
+        if d.name.startswith("."):
+            return f"{d.name}/ is hidden"
+        if d.name in _SKIP_DIRS:
+            return f"{d.name}/ is skipped"
+        try:
+            mode = d.lstat().st_mode
+        except OSError:
+            return f"{d.name}/ cannot be read"
+        if stat.S_ISLNK(mode):
+            return f"{d.name}/ is a link"
+        if not stat.S_ISDIR(mode):
+            return f"{d.name} is not a folder"
+        if (d / "pyvenv.cfg").exists():
+            return f"{d.name}/ is a virtual environment"
+        return None
+
+    def _not_run_file(self, p: Path) -> str | None:
+        """Why file ``p`` (in a folder the rule lets in) is not a run file; None if it is."""
+        if p.name.startswith("."):
+            return "it is hidden"
+        if p.suffix.lower() not in _CONFIG_SUFFIXES:
+            return "it is not .yaml or .yml"
+        if self._in_run_dir(p):
+            return f"it lies in run directory {p.relative_to(self.runs_dir).parts[0]}"
+        try:
+            target = p.resolve(strict=True)
+        except (OSError, RuntimeError):  # gone, a broken link, a link loop
+            return "it cannot be read"
+        if target != p and (self._in_run_dir(target)
+                            or not any(target.is_relative_to(r) for r in self.roots)):
+            return "it links outside the folders the studio reads"
+        try:
+            if not stat.S_ISREG(target.stat().st_mode):
+                return "it is not a regular file"
+            fd = os.open(target, _OPEN_FLAGS)
+        except OSError:
+            return "it cannot be read"
+        try:
+            info = os.fstat(fd)  # what was opened, whatever the path names by now
+            if not stat.S_ISREG(info.st_mode):
+                return "it is not a regular file"
+            if info.st_size > MAX_RUN_FILE:
+                return f"it is over {MAX_RUN_FILE >> 20} MiB"
+            head = os.read(fd, CONFIG_HEAD)
+        except OSError:
+            return "it cannot be read"
+        finally:
+            os.close(fd)
+        if not _RUN_FILE_KEY.search(head):
+            return f"its first {CONFIG_HEAD >> 10} KiB set neither agents nor scenario"
+        return None
+
+    def _hidden(self, root: Path, p: Path) -> str | None:
+        """Why the listing would not show ``p`` (lexically under ``root``); None if it
+        would (the cap on the number listed aside)."""
+        folders = p.relative_to(root).parts[:-1]
+        if len(folders) > MAX_CONFIG_DEPTH:
+            return f"it is more than {MAX_CONFIG_DEPTH} folders deep"
+        d = root
+        for part in folders:
+            d = d / part
+            why = self._skipped(d)
+            if why is not None:
+                return why
+        return self._not_run_file(p)
 
     def _display(self, p: Path) -> str:
         for root in self.roots:
@@ -175,19 +291,30 @@ class Runs:
 
     def resolve_config(self, ref: str) -> Path:
         """The config file ``ref`` names (relative to an allowed root, or absolute inside
-        one); :class:`Refused` otherwise."""
+        one), if the listing would show it; :class:`Refused` otherwise."""
         ref = (ref or "").strip()
         if not ref or "\x00" in ref:
             raise Refused("give a run file (YAML) to start")
-        candidates = [Path(ref)] if Path(ref).is_absolute() else [r / ref for r in self.roots]
-        for c in candidates:
-            p = c.resolve()
-            if not any(p.is_relative_to(r) for r in self.roots):
-                continue
+        given = Path(ref)
+        candidates: list[tuple[Path, Path]]
+        if ".." in given.parts:
+            candidates = []
+        elif given.is_absolute():
+            candidates = [(r, given) for r in self.roots if given.is_relative_to(r)]
+        else:
+            candidates = [(r, r / given) for r in self.roots]
+        why = None
+        for root, p in candidates:
             if p.suffix.lower() not in _CONFIG_SUFFIXES:
                 raise Refused(f"{ref}: a run file must be .yaml or .yml")
-            if p.is_file():
-                return p
+            if not os.path.lexists(p):  # False for names the system refuses, too
+                continue
+            reason = self._hidden(root, p)
+            if reason is None:
+                return p.resolve()
+            why = why or reason
+        if why is not None:
+            raise Refused(f"{ref}: not a run file the studio lists ({why})")
         where = " or ".join(str(r) for r in self.roots)
         raise Refused(f"{ref}: no such run file under {where}")
 
@@ -271,21 +398,3 @@ def _holds_run(path: Path) -> bool:
         return bool(directory.read_config() or directory.table_names())
     except OSError:
         return False
-
-
-def _walk(root: Path, skip: Path, depth: int) -> Iterator[Path]:
-    """YAML files under ``root``, ``depth`` levels deep at most, skipping hidden folders,
-    virtual environments and the runs directory."""
-    try:
-        entries = sorted(root.iterdir())
-    except OSError:
-        return
-    for p in entries:
-        if p.name.startswith("."):
-            continue
-        if p.is_dir():
-            if depth > 0 and p.name not in _SKIP_DIRS and p.resolve() != skip \
-                    and not (p / "pyvenv.cfg").exists():
-                yield from _walk(p, skip, depth - 1)
-        elif p.suffix.lower() in _CONFIG_SUFFIXES:
-            yield p
