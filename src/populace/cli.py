@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from populace._procmem import PeakMemory
-from populace.config import load_config, read_yaml, validate
+from populace.config import read_yaml, validate
 from populace.core import ConfigError, PopulaceError, WorkerLost
 from populace.launch import (
     MAX_RECOVERIES,
@@ -48,21 +48,18 @@ EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 
 
+def _flag(name: str, help: str) -> Any:
+    """A boolean option, ``--NAME/--no-NAME``; no metavar (typer's help would say <bool>).
+    Help text is rich markup: brackets are escaped (``escape("[a, b]")``) or disappear."""
+    return typer.Option(f"--{name}/--no-{name}", metavar="", help=help)
+
+
 class _Fail(Exception):
     """An expected failure: print ``message`` and exit with ``code``."""
 
     def __init__(self, message: str, code: int) -> None:
         super().__init__(message)
         self.code = code
-
-
-def _load(config: Path, overrides: dict[str, Any]) -> RunConfig:
-    """The game's run file (for commands that only the game has, such as backgrounds)."""
-    scenario = read_yaml(config).get("scenario", "guess_number")
-    if scenario != "guess_number":
-        raise ConfigError(f"{config}: scenario: this command needs the guess_number game, "
-                          f"got {scenario!r}")
-    return load_config(config, RunConfig, overrides)
 
 
 def _launch(run_file: RunFile, run_dir: RunDirectory, *, resume: bool, replay: Path | None,
@@ -102,8 +99,7 @@ def _launch(run_file: RunFile, run_dir: RunDirectory, *, resume: bool, replay: P
         observer.progress.stop()
         if server is not None:
             server.stop(linger=1.0)  # open pages get the final state first
-        if run_dir.path.is_dir() and not any(run_dir.path.iterdir()):
-            run_dir.path.rmdir()  # failed before writing anything (a preflight): no litter
+        run_dir.remove_if_empty()  # failed before writing anything (a preflight): no litter
     out.print(observer.table(summary))
     if summary["status"] == "stopped":
         out.print(f"stopped from the studio; finished steps are in {run_dir.path}; continue "
@@ -112,11 +108,26 @@ def _launch(run_file: RunFile, run_dir: RunDirectory, *, resume: bool, replay: P
               f"[bold]{escape(str(run_dir.path))}[/bold]", soft_wrap=True)
 
 
-def _run_dir(target: Path, resume: bool) -> RunDirectory:
+def _is(path: Path, test: Any, flag: str) -> bool:
+    """``test(path)`` (``Path.is_file``…), a path the system refuses (a name too long) being
+    the flag's one-line error."""
+    try:
+        return bool(test(path))
+    except OSError as e:
+        raise _Fail(f"{flag} {path}: {e.strerror or e}", EXIT_CONFIG) from None
+
+
+def _run_dir(target: Path, resume: bool, *, given: bool = True) -> RunDirectory:
+    """The run directory at ``target`` (``given`` by --out, else the default name)."""
     try:
         return RunDirectory(target) if resume else RunDirectory.create(target)
     except FileExistsError as e:
         raise _Fail(str(e), EXIT_CONFIG) from None
+    except OSError as e:  # a parent that is a file, read-only, /proc, a name too long
+        where, hint = (f"--out {target}", "") if given else (str(target),
+                                                             "; choose one with --out")
+        raise _Fail(f"{where}: cannot create the run directory: {e.strerror or e}{hint}",
+                    EXIT_CONFIG) from None
 
 
 @app.command()
@@ -137,8 +148,8 @@ def run(
         help="answer every LLM call from this earlier run's recording (no requests)")] = None,
     resume: Annotated[Path | None, typer.Option(
         help="continue this interrupted run directory from its last checkpoint")] = None,
-    studio: Annotated[bool, typer.Option(
-        "--studio", help="serve the web studio beside this run and print its URL")] = False,
+    studio: Annotated[bool, _flag("studio", "serve the web studio beside this run and print "
+                                        "its URL")] = False,
     studio_port: Annotated[int, typer.Option(min=0, max=65535, help="the studio's port")
                            ] = 8765,
 ) -> None:
@@ -152,7 +163,7 @@ def run(
             raise _Fail("--resume continues the run as it was configured; --agents, --rounds "
                         "and --seed cannot change", EXIT_CONFIG)
         config, out_dir = RunDirectory(resume).config_path, resume
-        if not config.is_file():
+        if not _is(config, Path.is_file, "--resume"):
             raise _Fail(f"--resume {resume}: no config.yaml there (not a run directory?)",
                         EXIT_CONFIG)
     if config is None:
@@ -164,12 +175,13 @@ def run(
     run_file = load_run_file(config, {"agents": agents, "steps": rounds, "seed": seed,
                                       "workers": workers, "backend": backend,
                                       "address": address})
-    if replay is not None and not (replay / "llm_calls").is_dir() \
+    if replay is not None and not _is(replay / "llm_calls", Path.is_dir, "--replay") \
             and any(m.provider != "dummy" for m in run_file.options.models.values()):
         raise ConfigError(f"--replay {replay}: no llm_calls/ recording in that directory")
     target = out_dir or Path("runs") / f"{run_file.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    _launch(run_file, _run_dir(target, resume is not None), resume=resume is not None,
-            replay=replay, studio_port=studio_port if studio else None)
+    run_dir = _run_dir(target, resume is not None, given=out_dir is not None)
+    _launch(run_file, run_dir, resume=resume is not None, replay=replay,
+            studio_port=studio_port if studio else None)
 
 
 def _start_studio(run_dir: RunDirectory, port: int) -> tuple[Any, Any]:
@@ -228,7 +240,7 @@ def bench(
     workers: Annotated[int, typer.Option(min=1)] = 1,
     backend: Annotated[str, typer.Option(help="local or ray")] = "local",
     address: Annotated[str | None, typer.Option(help="Ray cluster to join")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    as_json: Annotated[bool, _flag("json", "print one JSON object")] = False,
 ) -> None:
     """Time the guessing game on the dummy model: creation, rounds, CPU per agent, memory."""
     cfg = validate({
@@ -271,7 +283,8 @@ def serve_llm(
                      ] = None,
     latency: Annotated[float, typer.Option(min=0, help="seconds per answer")] = 0.0,
     latency_max: Annotated[float | None, typer.Option(
-        help="with --latency: answer after a uniform time in [latency, latency-max]")] = None,
+        help=escape("with --latency: answer after a uniform time in [latency, latency-max]"))
+    ] = None,
     policy: Annotated[str, typer.Option(help="random | reasoning | echo | scripted")
                       ] = "reasoning",
     low: Annotated[int, typer.Option(help="smallest number answered")] = 0,
@@ -323,8 +336,10 @@ app.add_typer(population_app, name="population")
 def population_sample(
     config: Annotated[Path, typer.Argument(help="population file, or a run file with "
                                            "a population: block")],
-    seed: Annotated[int | None, typer.Option(help="override the seed")] = None,
-    size: Annotated[int | None, typer.Option(min=1, help="override the size")] = None,
+    seed: Annotated[int | None, typer.Option(
+        help="override the seed (default: the file's seed; a run file's run seed)")] = None,
+    size: Annotated[int | None, typer.Option(
+        min=1, help="override the size (default: size:; a run file's agents:)")] = None,
     out_file: Annotated[Path, typer.Option("--out", help="Parquet file to write")
                         ] = Path("population.parquet"),
 ) -> None:
@@ -334,12 +349,22 @@ def population_sample(
 
     from populace.population import load_population_config, sample_population
 
-    cfg = load_population_config(config, {"size": size} if size else None)
-    started = time.perf_counter()
-    table = sample_population(cfg, seed)
+    if "population" in read_yaml(config):  # a run file: exactly what its run will sample
+        run_file = load_run_file(config)
+        started = time.perf_counter()
+        table = run_file.sample_population(seed=seed, size=size)
+        if table is None:
+            raise ConfigError(f"{config}: population: empty; nothing to sample")
+    else:
+        cfg = load_population_config(config, {"size": size} if size else None)
+        started = time.perf_counter()
+        table = sample_population(cfg, seed)
     elapsed = time.perf_counter() - started
-    out_file.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, out_file)
+    try:
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, out_file)
+    except OSError as e:
+        raise _Fail(f"--out {out_file}: cannot write: {e.strerror or e}", EXIT_CONFIG) from None
     summary = Table(title=f"{table.num_rows:,} agents sampled in {elapsed:.2f} s")
     summary.add_column("aspect")
     summary.add_column("counts")
@@ -378,22 +403,25 @@ def backgrounds(
 ) -> None:
     """Sample the population and have an LLM write each agent's background (cached)."""
     from populace.llm import ModelSet, preflight
-    from populace.population import generate_backgrounds, sample_population
+    from populace.population import generate_backgrounds
 
-    cfg = _load(config, {"seed": seed})
-    if cfg.population is None or cfg.population.backgrounds.model is None:
+    run_file = load_run_file(config, {"seed": seed})
+    o, population = run_file.options, run_file.options.population
+    if population is None or population.backgrounds.model is None:
         raise ConfigError(f"{config}: population.backgrounds.model: required to write "
                           "backgrounds (name a model under models:)")
-    name = cfg.population.backgrounds.model
-    profiles = sample_population(cfg.population, cfg.seed, size=cfg.agents)
+    name = population.backgrounds.model
+    if name not in o.models:
+        raise ConfigError(f"{config}: population.backgrounds.model: {name!r} is not under "
+                          f"models: (have: {', '.join(o.models)})")
+    profiles = run_file.sample_population()
 
     async def write() -> Any:
-        await preflight({name: cfg.models[name]})
-        client = ModelSet.build({name: cfg.models[name]})[name]
+        await preflight({name: o.models[name]})
+        client = ModelSet.build({name: o.models[name]})[name]
         try:
-            assert cfg.population is not None
-            return await generate_backgrounds(profiles, client, cfg.population, cache,
-                                              out_file, seed=cfg.seed)
+            return await generate_backgrounds(profiles, client, population, cache, out_file,
+                                              seed=o.seed)
         finally:
             await client.aclose()
 
@@ -427,6 +455,10 @@ def _run_sweep(config: Path, overrides: dict[str, Any], out_dir: Path | None,
         index = SweepIndex.create(root, name, str(config), data, points)
     except FileExistsError as e:
         raise _Fail(str(e), EXIT_CONFIG) from None
+    except OSError as e:
+        where = f"--out {root}" if out_dir is not None else str(root)
+        raise _Fail(f"{where}: cannot create the sweep directory: {e.strerror or e}",
+                    EXIT_CONFIG) from None
     out.print(f"[bold]{name}[/bold]: sweep of {len(points)} runs over "
               f"{', '.join(index.data['keys'])} into [bold]{root}[/bold]", soft_wrap=True)
 
@@ -460,8 +492,8 @@ def _run_sweep(config: Path, overrides: dict[str, Any], out_dir: Path | None,
 @app.command()
 def report(
     run_dir: Annotated[Path, typer.Argument(help="run or sweep directory")],
-    points: Annotated[bool, typer.Option(
-        help="for a sweep, also report every point directory")] = True,
+    points: Annotated[bool, _flag("points", "for a sweep, also report every point directory")
+                      ] = True,
 ) -> None:
     """Write PNG figures and a self-contained report.html for a run (or sweep) directory."""
     from populace.launch import scenario_of
@@ -543,6 +575,11 @@ def main() -> None:
     except KeyboardInterrupt:
         err.print("[red]interrupted[/red]")
         sys.exit(EXIT_INTERRUPTED)
+    except OSError as e:  # a file the system refused (full disk, no permission): one line
+        where = f"{e.filename}: " if e.filename else ""
+        err.print(f"[red]error:[/red] {_line(f'{where}{e.strerror or e}')}", highlight=False,
+                  soft_wrap=True)
+        sys.exit(1)
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except typer.Abort:

@@ -9,8 +9,11 @@ and what was expected, e.g. ``run.yaml: game.ratio: expected a fraction like 2/3
 
 from __future__ import annotations
 
+import difflib
+import types
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar, get_args
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -79,19 +82,68 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def _models(tp: Any) -> list[type[BaseModel]]:
+    """The pydantic models a field of type ``tp`` may hold (through Optional, unions and
+    Annotated)."""
+    origin = get_origin(tp)
+    if origin is Annotated:
+        return _models(get_args(tp)[0])
+    if origin is Union or origin is types.UnionType:
+        return [m for arg in get_args(tp) for m in _models(arg)]
+    return [tp] if isinstance(tp, type) and issubclass(tp, BaseModel) else []
+
+
+def _tags(model: type[BaseModel]) -> set[Any]:
+    """The literal values of ``model``'s fields (a tagged union's tag is one of them)."""
+    return {v for f in model.model_fields.values() if get_origin(f.annotation) is Literal
+            for v in get_args(f.annotation)}
+
+
+def _below(tp: Any, part: Any) -> Any:
+    """The type found at key ``part`` of a value of type ``tp``; None when unknown."""
+    origin = get_origin(tp)
+    if origin is Annotated:
+        return _below(get_args(tp)[0], part)
+    if origin is dict:  # part is one of the mapping's keys
+        return get_args(tp)[1]
+    if origin in (list, tuple) and isinstance(part, int):
+        return get_args(tp)[0]
+    models = _models(tp)
+    if len(models) > 1:  # a tagged union puts the tag in the path (models.m.openai.base_url)
+        tagged = [m for m in models if part in _tags(m)]
+        if len(tagged) == 1:
+            return tagged[0]
+    for model in models:
+        field = model.model_fields.get(str(part))
+        if field is not None:
+            return field.annotation
+    return None
+
+
 def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | None:
     """Names of the fields allowed at ``loc`` (for 'unknown key' hints)."""
     current: Any = model
     for part in loc:
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+        current = _below(current, part)
+        if current is None:
             return None
-        field = current.model_fields.get(str(part))
-        if field is None:
-            return None
-        current = field.annotation
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return list(current.model_fields)
-    return None
+    found = _models(current)
+    return list(found[0].model_fields) if len(found) == 1 else None
+
+
+def unknown_key(key: Any, expected: Sequence[str], *, also: Sequence[str] = (),
+                more: str = "") -> str:
+    """``unknown key (did you mean …?) (expected one of: …)``: the one wording of a key that
+    is not allowed, the closest of ``expected`` and ``also`` suggested, ``expected`` listed
+    (``more`` appended to the list).
+
+    >>> unknown_key("base_url", ["model", "base_urls"])
+    'unknown key (did you mean base_urls?) (expected one of: model, base_urls)'
+    """
+    close = difflib.get_close_matches(str(key), [*expected, *also], n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    listed = f" (expected one of: {', '.join(expected)}{more})" if expected or more else ""
+    return f"unknown key{hint}{listed}"
 
 
 def _providers() -> frozenset[str]:
@@ -108,7 +160,7 @@ def _is_tag(loc: tuple[Any, ...], i: int) -> bool:
     return i >= 2 and loc[i - 2] == "models" and i + 1 < len(loc) and loc[i] in PROVIDERS
 
 
-def _key(part: Any) -> str:
+def key_text(part: Any) -> str:
     """A key of the path as written, quoted when it would not read as one (blank, newline)."""
     text = str(part)
     return text if text and text.isprintable() and text.strip() == text else repr(part)
@@ -121,21 +173,33 @@ def _short(value: Any) -> str:
 
 def format_error(source: str, error: ValidationError, model: type[BaseModel]) -> str:
     """One line for the first problem of ``error`` (and how many more there are)."""
-    first = error.errors(include_url=False)[0]
+    errors = error.errors(include_url=False)
+    first, more = errors[0], error.error_count() - 1
+    if first["type"] == "missing":  # a misspelt key explains a missing one beside it
+        missing = first
+        first = next((e for e in errors if e["type"] == "extra_forbidden"
+                      and tuple(e["loc"][:-1]) == tuple(missing["loc"][:-1])), missing)
+        if first is not missing and difflib.get_close_matches(
+                str(first["loc"][-1]), [str(missing["loc"][-1])], n=1):
+            more -= 1  # the same mistake: base_url given, so base_urls missing
     loc = tuple(first["loc"])
-    path = ".".join(_key(p) for i, p in enumerate(loc) if not _is_tag(loc, i))
+    path = ".".join(key_text(p) for i, p in enumerate(loc) if not _is_tag(loc, i))
     kind = first["type"]
     if kind == "extra_forbidden":
-        allowed = _fields_at(model, loc[:-1])
-        hint = f" (expected one of: {', '.join(allowed)})" if allowed else ""
-        message = f"unknown key{hint}"
+        message = unknown_key(loc[-1], _fields_at(model, loc[:-1]) or ())
     elif kind == "missing":
         message = "required key is missing"
+    elif kind == "union_tag_invalid":  # provider: dumy
+        ctx = first.get("ctx") or {}
+        tags = [t.strip(" '") for t in str(ctx.get("expected_tags", "")).split(",")]
+        close = difflib.get_close_matches(str(ctx.get("tag")), tags, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        path = ".".join(filter(None, [path, str(ctx.get("discriminator", "")).strip("'")]))
+        message = f"unknown value {ctx.get('tag')!r}{hint} (expected one of: {', '.join(tags)})"
     else:
         message = first["msg"].removeprefix("Value error, ")
         if "input" in first and kind not in ("value_error", "assertion_error"):
             message += f" (got {_short(first['input'])})"
-    more = error.error_count() - 1
     suffix = f" [+{more} more problem{'s' if more > 1 else ''}]" if more else ""
     if not path:  # a check across keys; its message names them
         return f"{source}: {message}{suffix}"

@@ -17,6 +17,7 @@ from cli_helpers import run_in_process
 from populace.results import read_summary, read_table
 
 OPINIONS = Path(__file__).parents[2] / "examples" / "opinions" / "opinions.yaml"
+NAN_VOTES = Path(__file__).with_name("nan_votes.py")
 
 
 def test_the_opinions_example_takes_the_common_overrides(
@@ -276,3 +277,48 @@ def test_a_failed_preflight_leaves_no_run_directory(
     assert code == 2
     assert stderr.startswith("error: models.m: cannot reach http://127.0.0.1:9/v1")
     assert not out.exists()
+
+
+def test_a_step_reporting_nan_still_writes_the_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    out = tmp_path / "out"
+    path = tmp_path / "nan.yaml"
+    path.write_text(yaml.safe_dump({"scenario": f"{NAN_VOTES}:NaNVotes", "agents": 20,
+                                    "steps": 2}))
+    code, stdout, stderr = run_in_process(capsys, monkeypatch, "run", path, "--out", out)
+    assert code == 0, stderr
+    assert "Traceback" not in stdout + stderr
+    text = (out / "summary.json").read_text()
+    assert ": NaN" not in text and "Infinity" not in text  # JSON, not Python's extension
+    summary = read_summary(out)
+    assert summary["status"] == "completed" and len(summary["steps"]) == 2
+    step = summary["steps"][0]
+    assert (step["nan"], step["np_nan"], step["inf"]) == (None, None, None)
+    assert (step["series"], step["by_side"]) == ([1.0, None], {"yes": None, "no": 0.5})
+    assert step["distributions"]["all_nan"]["missing"] == 3
+    assert step["distributions"]["all_nan"]["mean"] is None
+    values = read_table(out, "nan_rows").column("value").to_pylist()
+    assert values[1::2] == [1.0, 1.0] and all(v != v for v in values[::2])  # NaN kept
+
+
+def test_every_file_of_a_run_honours_the_umask(
+    votes_file: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    out = tmp_path / "out"
+    path = votes_file(agents=20, steps=2)
+    for mask, mode in ((0o022, 0o644), (0o077, 0o600)):
+        before = os.umask(mask)
+        try:
+            code, _, stderr = run_in_process(capsys, monkeypatch, "run", path, "--out",
+                                             out / oct(mask))
+        finally:
+            os.umask(before)
+        assert code == 0, stderr
+        files = [p for p in (out / oct(mask)).rglob("*") if p.is_file()]
+        assert {p.name for p in files} >= {"summary.json", "config.yaml", "votes.parquet",
+                                           "votes-r00001.parquet", "round-00002.ckpt"}
+        assert {str(p): oct(p.stat().st_mode & 0o777) for p in files} == {
+            str(p): oct(mode) for p in files}

@@ -121,8 +121,8 @@ def test_an_option_the_scenario_cannot_take_is_refused(votes_file: Callable[...,
 
 @pytest.mark.parametrize(("keys", "message"), [
     ({"settings": {"think": "slow"}}, "settings.think: Input should be a valid number"),
-    ({"settings": {"thinking": 1}}, "settings.thinking: unknown key (expected one of: "
-                                    "start_share, think, fail_at, broken)"),
+    ({"settings": {"thinking": 1}}, "settings.thinking: unknown key (did you mean think?) "
+                                    "(expected one of: start_share, think, fail_at, broken)"),
     ({"think": "slow"}, "think: Input should be a valid number"),
     ({"agents": 0}, "agents: Input should be greater than or equal to 1"),
     ({"steps": 2, "rounds": 3}, "rounds: give steps or rounds, not both"),

@@ -22,10 +22,20 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from populace.cli import _load, main
+from populace.cli import main
+from populace.config import load_config, read_yaml
 from populace.core import ConfigError
 from populace.results import read_table
 from populace.scenarios.guess_number import RunConfig
+
+
+def _load(path: Path, overrides: dict[str, Any]) -> RunConfig:
+    """The game's own reading of a run file: what the command must accept or refuse."""
+    scenario = read_yaml(path).get("scenario", "guess_number")
+    if scenario != "guess_number":
+        raise ConfigError(f"{path}: scenario: not the game: {scenario!r}")
+    return load_config(path, RunConfig, overrides)
+
 
 # -- the schema ---------------------------------------------------------------------------------
 Path_ = tuple[str, ...]

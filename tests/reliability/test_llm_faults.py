@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pyarrow.compute as pc
 import pytest
 
@@ -163,3 +164,49 @@ def test_serve_llm_refuses_a_bad_outage(monkeypatch: pytest.MonkeyPatch,
     assert info.value.code == 2
     assert capsys.readouterr().err.strip() == (
         "error: serve-llm: outage must be (start, duration) with both >= 0, got (1.0, -2.0)")
+
+
+async def _half_failing_run(run_dir: Path) -> int:
+    data = run_data("")
+    data.update(rounds=2, game={"on_model_error": "continue"})
+    async with running_server(ServerOptions(policy="reasoning", seed=4, rate_500=0.3)) as url:
+        data["models"]["llm"].update(base_urls=[url], max_retries=1, max_backoff=0.0)
+        await play(RunConfig.model_validate(data), RunDirectory.create(run_dir))
+        async with aiohttp.ClientSession() as session, \
+                session.get(f"{url.removesuffix('/v1')}/stats") as resp:
+            return (await resp.json())["requests"]  # type: ignore[no-any-return]
+
+
+def test_every_request_sent_is_counted_failed_ones_too(tmp_path: Path) -> None:
+    """Each step's summary entry counts the calls its models made (``llm``): requests,
+    retries, what was sent in all, failures. They add up to what the server received,
+    including the calls that gave up, and the failures match the rows that have an error."""
+    run_dir = tmp_path / "run"
+    seen = asyncio.run(_half_failing_run(run_dir))
+    steps = read_summary(run_dir)["steps"]
+    counted = [s["llm"]["llm"] for s in steps]
+    assert sum(c["sent"] for c in counted) == seen
+    assert all(c["sent"] == c["requests"] + c["retries"] for c in counted)
+    table = read_table(run_dir)
+    failed_rows = table.num_rows - table.column("error").null_count
+    assert sum(c["failures"] for c in counted) >= failed_rows > 0  # a row fails on any call
+    assert sum(c["retries"] for c in counted) > 0
+
+
+def test_a_replay_restores_each_rows_retries(tmp_path: Path) -> None:
+    """``--replay`` answers from the recording with the retries each answer needed then,
+    so the replayed rows equal the recorded run's (they were all 0 before)."""
+    run_dir = tmp_path / "run"
+    asyncio.run(_half_failing_run(run_dir))
+    data = run_data("http://127.0.0.1:9/v1")  # nothing listens: every answer is replayed
+    data.update(rounds=2, game={"on_model_error": "continue"})
+    replayed = tmp_path / "replayed"
+    asyncio.run(play(RunConfig.model_validate(data), RunDirectory.create(replayed),
+                     replay=run_dir))
+    before, after = read_table(run_dir), read_table(replayed)
+    answered = pc.is_null(before.column("error"))
+    assert pc.sum(before.filter(answered).column("retries")).as_py() > 0
+    assert after.filter(answered).column("retries").equals(
+        before.filter(answered).column("retries"))
+    assert after.filter(answered).column("number").equals(
+        before.filter(answered).column("number"))

@@ -196,3 +196,64 @@ def test_resume_refuses_a_config_edited_since(
     assert err == [f"error: {tmp_path}: cannot resume with agents 300: the run was made with "
                    "agents 200"]
     assert len(read_table(tmp_path)) == 200  # nothing was touched
+
+
+# -- truncated files ---------------------------------------------------------------------------
+VOTES = Path(__file__).parents[1] / "launch" / "votes.py"
+
+
+def interrupted_after_step_2(tmp_path: Path) -> RunDirectory:
+    """A votes run of 3 steps as a kill after step 2 leaves it."""
+    import asyncio
+
+    from populace.launch import launch, load_run_file
+
+    path = tmp_path / "votes.yaml"
+    path.write_text(yaml.safe_dump({"scenario": f"{VOTES}:Votes", "agents": 30, "steps": 3}))
+    run_dir = RunDirectory.create(tmp_path / "out")
+    asyncio.run(launch(load_run_file(path), run_dir))
+    summary = read_summary(run_dir.path)
+    summary.update(status="interrupted", steps=summary["steps"][:2])
+    run_dir.write_summary(summary)
+    for gone in ("votes.parquet", "parts/votes-r00003.parquet", "checkpoints/round-00003.ckpt"):
+        (run_dir.path / gone).unlink()
+    return run_dir
+
+
+def files(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
+            if p.is_file()}
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def test_a_truncated_step_file_is_refused_on_resume_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    run_dir = interrupted_after_step_2(tmp_path)
+    truncate(run_dir.path / "parts" / "votes-r00001.parquet")
+    before = files(run_dir.path)
+    code, err = run_cli(monkeypatch, capsys, "run", "--resume", run_dir.path)
+    assert code == 2
+    assert err == [f"error: {run_dir.path}: cannot resume: parts/votes-r00001.parquet "
+                   "(damaged) changed since step 2 was checkpointed; restore the file(s), or "
+                   "start the run again"]
+    assert files(run_dir.path) == before
+
+
+def test_a_truncated_partial_file_is_refused_on_resume_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    run_dir = interrupted_after_step_2(tmp_path)
+    partial = run_dir.write_partial("votes", 3, pa.table({"step": [3] * 5,
+                                                          "agent_id": list(range(5))}))
+    truncate(partial)
+    before = files(run_dir.path)
+    code, err = run_cli(monkeypatch, capsys, "run", "--resume", run_dir.path)
+    assert code == 2
+    assert err == [f"error: {run_dir.path}: cannot resume: partial/votes-r00003.parquet is "
+                   "damaged (not a readable Parquet file); restore it, or delete it to play "
+                   "step 3 again from its start"]
+    assert files(run_dir.path) == before

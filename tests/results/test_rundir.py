@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -102,14 +104,6 @@ def test_write_config_profiles_and_summary(tmp_path: Path) -> None:
     assert read_summary(tmp_path) == {"status": "completed", "rounds": []}
     assert json.loads((tmp_path / "summary.json").read_text())["status"] == "completed"
     assert _leftovers(tmp_path) == []
-
-
-def test_write_summary_refuses_nan(tmp_path: Path) -> None:
-    rd = RunDirectory.create(tmp_path)
-    rd.write_summary({"mean": 1.0})
-    with pytest.raises(ValueError):
-        rd.write_summary({"mean": float("nan")})
-    assert read_summary(tmp_path) == {"mean": 1.0}
 
 
 # -- rounds, consolidation, read_table -----------------------------------------------------------
@@ -228,3 +222,73 @@ def test_read_partial_finds_the_step_in_progress(tmp_path: Path) -> None:
         read_partial(tmp_path)
     rd.clear_partial("flips")
     assert read_partial(tmp_path, "flips") is None and read_partial(tmp_path) is not None
+
+
+# -- file modes ----------------------------------------------------------------------------------
+@pytest.fixture(params=[(0o022, 0o644), (0o077, 0o600)], ids=["umask-022", "umask-077"])
+def umask(request: pytest.FixtureRequest) -> Iterator[int]:
+    """Run the test under a umask; yields the mode its files should get."""
+    mask, mode = request.param
+    before = os.umask(mask)
+    try:
+        yield mode
+    finally:
+        os.umask(before)
+
+
+def modes(path: Path) -> dict[str, int]:
+    return {str(p.relative_to(path)): p.stat().st_mode & 0o777 for p in path.rglob("*")
+            if p.is_file()}
+
+
+def test_every_file_of_a_run_directory_honours_the_umask(tmp_path: Path, umask: int) -> None:
+    rd = RunDirectory.create(tmp_path / "run")
+    rd.write_config({"name": "modes"})
+    rd.write_summary({"status": "completed"})
+    rd.write_profiles(pa.table({"agent_id": [0, 1, 2]}))
+    rd.write_round("numbers", 1, _round(1))
+    rd.write_partial("numbers", 2, _round(2))
+    rd.consolidate("numbers")
+    atomic_write(rd.path / "extra.json", b"{}")
+    found = modes(rd.path)
+    assert set(found) == {"config.yaml", "summary.json", "profiles.parquet", "numbers.parquet",
+                          "parts/numbers-r00001.parquet", "partial/numbers-r00002.parquet",
+                          "extra.json"}
+    assert found == dict.fromkeys(found, umask)
+
+
+# -- NaN in the summary --------------------------------------------------------------------------
+def test_a_summary_with_nan_is_written_with_null(tmp_path: Path) -> None:
+    rd = RunDirectory.create(tmp_path)
+    rd.write_summary({"status": "completed", "steps": [
+        {"step": 1, "x": float("nan"), "ys": [1.0, float("inf")], "d": {"m": -float("inf")}}]})
+    assert read_summary(tmp_path)["steps"] == [{"step": 1, "x": None, "ys": [1.0, None],
+                                                "d": {"m": None}}]
+    assert "NaN" not in (tmp_path / "summary.json").read_text()
+
+
+# -- directories create() made -------------------------------------------------------------------
+def test_remove_if_empty_removes_only_what_create_made(tmp_path: Path) -> None:
+    (tmp_path / "mine").mkdir()
+    rd = RunDirectory.create(tmp_path / "mine" / "new" / "run")
+    rd.remove_if_empty()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+    assert list((tmp_path / "mine").iterdir()) == []
+    kept = RunDirectory.create(tmp_path / "mine")  # existed before: never removed
+    kept.remove_if_empty()
+    assert (tmp_path / "mine").is_dir()
+
+
+def test_remove_if_empty_keeps_a_directory_with_files(tmp_path: Path) -> None:
+    rd = RunDirectory.create(tmp_path / "new" / "run")
+    rd.write_summary({"status": "failed"})
+    rd.remove_if_empty()
+    assert (tmp_path / "new" / "run" / "summary.json").exists()
+
+
+def test_create_under_a_file_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "somefile").write_text("mine")
+    with pytest.raises(NotADirectoryError) as e:
+        RunDirectory.create(tmp_path / "somefile" / "a" / "run")
+    assert e.value.strerror == f"{tmp_path / 'somefile'} is a file, not a directory"
+    assert (tmp_path / "somefile").read_text() == "mine"

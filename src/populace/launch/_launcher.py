@@ -27,8 +27,8 @@ import pyarrow as pa
 
 from populace.core import ConfigError, PopulaceError, Simulation, WorkerLost, ship_by_value
 from populace.environment import ServiceClosed
-from populace.llm import ModelSet, preflight
-from populace.population import generate_backgrounds, sample_population
+from populace.llm import ModelSet, preflight, traffic
+from populace.population import generate_backgrounds
 from populace.results import (
     RunDirectory,
     RunMonitor,
@@ -199,17 +199,24 @@ def _resume_point(run_dir: RunDirectory, summary: dict[str, Any]) -> tuple[int, 
                           f"{f' and {len(damaged) - 3} more' if len(damaged) > 3 else ''} "
                           f"changed since step {done} was checkpointed; restore the file(s), "
                           "or start the run again")
+    partials = {}
+    for table in run_dir.partial_tables():
+        try:
+            partial = read_partial(run_dir.path, table)
+        except ValueError as e:  # still before touching anything
+            raise ConfigError(f"{run_dir.path}: cannot resume: {e}; restore it, or delete it "
+                              f"to play step {done + 1} again from its start") from None
+        if partial is not None and partial[0] == done + 1:
+            # Answers saved inside the interrupted step: the recording answers those calls
+            # again, so the step is played whole and its rows equal the saved ones.
+            partials[table] = partial[1].num_rows
     run_dir.drop_steps_after(done)
     summary["steps"] = before.get("steps", [])[:done]
     summary["wall_s"] = float(before.get("wall_s", 0.0))  # a resumed run adds its own time
     summary["tables"] = before.get("tables", [])
     summary["resumed_from_step"] = done
-    for table in run_dir.partial_tables():
-        partial = read_partial(run_dir.path, table)
-        if partial is not None and partial[0] == done + 1:
-            # Answers saved inside the interrupted step: the recording answers those calls
-            # again, so the step is played whole and its rows equal the saved ones.
-            summary.setdefault("resumed_answers", {})[table] = partial[1].num_rows
+    if partials:
+        summary["resumed_answers"] = partials
     return done + 1, point[1] if point is not None else None
 
 
@@ -217,9 +224,9 @@ async def _population(run_file: RunFile, run_dir: RunDirectory | None,
                       replay: Path | None) -> pa.Table | None:
     """The run's population table (``agent_id`` first), backgrounds written if configured."""
     o = run_file.options
-    if o.population is None:
+    table = run_file.sample_population()
+    if table is None or o.population is None:
         return None
-    table = sample_population(o.population, seed=o.seed, size=o.agents)
     name = o.population.backgrounds.model
     if name is None:
         return table
@@ -292,6 +299,22 @@ async def _own(call: Coroutine[Any, Any, None], run_file: RunFile,
         raise _failed(run_file, e, run_dir) from e
 
 
+def _traffic(run: Run, since: dict[str, dict[str, int]] | None = None
+             ) -> dict[str, dict[str, int]]:
+    """The models' call counters now (:func:`~populace.llm.traffic`), or what was added to
+    them ``since`` an earlier reading (models with no calls left out)."""
+    now = traffic(w.resources for w in run.sim.statistics().workers)
+    if since is None:
+        return now
+    out = {}
+    for model, counts in now.items():
+        before = since.get(model, {})
+        added = {k: v - before.get(k, 0) for k, v in counts.items()}
+        if any(added.values()):
+            out[model] = added
+    return out
+
+
 async def _step(run: Run, scenario: Scenario, t: int, summary: dict[str, Any],
                 started: float, observers: Sequence[Observer], monitor: RunMonitor | None
                 ) -> bool:
@@ -302,12 +325,16 @@ async def _step(run: Run, scenario: Scenario, t: int, summary: dict[str, Any],
     run._begin(t)
     for observer in observers:
         observer.step_started(t, run.steps)
+    sent = _traffic(run)
     try:
         await _own(scenario.step(run, t), run.run_file, run.run_dir)
     except StepAbandoned:
         return False
     tables, body = run._finish()
     entry: dict[str, Any] = {"step": t, **body}
+    llm = _traffic(run, since=sent)
+    if llm:  # every call the step made, per model, failed ones and retries included
+        entry["llm"] = llm
     entry["wall_s"] = round(time.perf_counter() - t0, 4)
     if run.run_dir is not None:
         for name, table in tables.items():

@@ -16,7 +16,6 @@ scenario cannot take is refused the same way whether it came from the file or a 
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -28,12 +27,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from populace.config import format_error, read_yaml
+from populace.config import format_error, key_text, read_yaml, unknown_key
 from populace.core import ConfigError
 from populace.llm import DummyConfig, ModelConfig
-from populace.population import PopulationConfig
+from populace.population import PopulationConfig, sample_population
 from populace.results import RunDirectory
 
 from ._scenario import COMMON_OPTIONS, Scenario, ScenarioSettings
@@ -109,6 +109,23 @@ class RunFile:
     @property
     def name(self) -> str:
         return self.options.name
+
+    def sample_population(self, *, seed: int | None = None, size: int | None = None
+                          ) -> pa.Table | None:
+        """The population this run samples (backgrounds not yet written): ``size`` agents
+        (default the run's ``agents``) drawn with ``seed`` (default the run's seed); None
+        without a ``population:`` block. What the launcher gives the scenario, and what
+        ``populace population sample RUN_FILE`` previews.
+
+        >>> run_file = load_run_file("examples/paper/education.yaml")  # doctest: +SKIP
+        >>> run_file.sample_population().num_rows  # doctest: +SKIP
+        1000
+        """
+        o = self.options
+        if o.population is None:
+            return None
+        return sample_population(o.population, seed=o.seed if seed is None else seed,
+                                 size=o.agents if size is None else size)
 
     def resolved(self) -> dict[str, Any]:
         """Everything the run used, defaults included (what ``config.yaml`` records); the
@@ -290,20 +307,13 @@ def _taken(cls: type[Scenario]) -> str:
     return ", ".join(sorted(cls.options)) or "none"
 
 
-def _key(key: Any) -> str:
-    text = str(key)
-    return text if text and text.isprintable() and text.strip() == text else repr(key)
-
-
 def _unknown(key: Any, cls: type[Scenario], option_keys: set[str]) -> str:
     """``KEY: unknown key (did you mean …?) (expected one of: …)``, run options and the
     scenario's settings both named."""
     options = [k for k in RunOptions.model_fields if k != "settings"] + ["rounds"]
     fields = list(cls.Settings.model_fields)
-    close = difflib.get_close_matches(str(key), [*options, *fields, "settings"], n=1)
-    hint = f" (did you mean {close[0]}?)" if close else ""
     own = f"; or a setting of {cls.name}: {', '.join(fields)}" if fields else ""
-    return f"{_key(key)}: unknown key{hint} (expected one of: {', '.join(options)}{own})"
+    return f"{key_text(key)}: {unknown_key(key, options, also=[*fields, 'settings'], more=own)}"
 
 
 def _check_flag(key: str, value: Any) -> None:

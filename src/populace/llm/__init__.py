@@ -7,7 +7,7 @@
 answers by a documented rule of the prompt, for offline runs with structure in the results.
 """
 
-from ._base import ChatMessage, Completion, ModelClient, ModelStats
+from ._base import TRAFFIC, ChatMessage, Completion, ModelClient, ModelStats, model_stats, traffic
 from ._config import DummyConfig, ModelConfig, OpenAIConfig, ScriptedConfig, build_model
 from ._dummy import DummyModel
 from ._modelset import ModelSet
@@ -19,6 +19,7 @@ from ._scripted import ScriptedModel, ScriptedParams, scripted_reply
 from ._server import ServerOptions, create_app, running_server, serve
 
 __all__ = [
+    "TRAFFIC",
     "ChatMessage",
     "Completion",
     "DummyConfig",
@@ -40,9 +41,11 @@ __all__ = [
     "ServerOptions",
     "build_model",
     "create_app",
+    "model_stats",
     "preflight",
     "request_key",
     "running_server",
     "scripted_reply",
     "serve",
+    "traffic",
 ]

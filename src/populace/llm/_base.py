@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -67,3 +67,35 @@ class ModelClient(Protocol):
     def statistics(self) -> ModelStats: ...
 
     async def aclose(self) -> None: ...
+
+
+def model_stats(resources: Iterable[Any]) -> list[ModelStats]:
+    """The :class:`ModelStats` among a worker's resource statistics (a ModelSet gives a
+    mapping of them)."""
+    found: list[ModelStats] = []
+    for r in resources:
+        for item in (r.values() if isinstance(r, Mapping) else (r,)):
+            if isinstance(item, ModelStats):
+                found.append(item)
+    return found
+
+
+#: The counters of :func:`traffic`, per model.
+TRAFFIC = ("requests", "retries", "sent", "failures", "prompt_tokens", "completion_tokens")
+
+
+def traffic(workers: Iterable[Iterable[Any]]) -> dict[str, dict[str, int]]:
+    """Per model, summed over workers' resource statistics: ``requests`` (calls asked for),
+    ``retries`` (attempts beyond the first), ``sent`` (both: the HTTP requests made, or the
+    simulated or replayed calls), ``failures`` (calls that gave up), and tokens."""
+    out: dict[str, dict[str, int]] = {}
+    for resources in workers:
+        for m in model_stats(resources):
+            acc = out.setdefault(m.model, dict.fromkeys(TRAFFIC, 0))
+            acc["requests"] += m.requests
+            acc["retries"] += m.retries
+            acc["sent"] += m.requests + m.retries
+            acc["failures"] += m.failures
+            acc["prompt_tokens"] += m.prompt_tokens
+            acc["completion_tokens"] += m.completion_tokens
+    return out

@@ -305,7 +305,7 @@ _HEAD = b'{"key":"'
 _MODEL_AT = len(_HEAD) + 32  # where '","model":' starts in a line we wrote
 _MODEL_FIELD = b'","model":'
 _TEXT_FIELD = b'"text":'
-_LATENCY_FIELD = b',"latency_s":'
+_TIME_FIELD = b',"time":'
 
 
 def _recording_files(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
@@ -357,9 +357,10 @@ class _Loader:
                     continue  # another model's call
                 if not line.startswith(_TEXT_FIELD, text_at):
                     continue  # a failed call: nothing to answer with
-                # A quote inside a JSON string is escaped, so the first ',"latency_s":' is
-                # the field itself, never part of the text.
-                cut = line.find(_LATENCY_FIELD, text_at)
+                # A quote inside a JSON string is escaped, so the first ',"time":' is the
+                # field itself, never part of the text (the answer is what comes before it:
+                # text, tokens, latency, endpoint, retries).
+                cut = line.find(_TIME_FIELD, text_at)
                 if cut < 0 or not line.endswith(b"}\n"):
                     self.skipped += 1  # cut short by a crash
                     continue
@@ -384,7 +385,8 @@ class _Loader:
                 or digest in self.answers):
             return
         answer = {"text": text, "prompt_tokens": record.get("prompt_tokens", 0),
-                  "completion_tokens": record.get("completion_tokens", 0)}
+                  "completion_tokens": record.get("completion_tokens", 0),
+                  "retries": record.get("retries", 0)}
         self.answers[digest] = json.dumps(answer, separators=_COMPACT)[1:-1].encode("ascii")
 
 
@@ -461,12 +463,14 @@ class ReplayModel:
             self._misses += 1
             raise ModelError(f"model {self.name!r}: the recorded answer to request "
                              f"{digest.hex()[:12]} is unreadable ({exc})") from None
-        pt = pt if type(pt) is int else 0
-        ct = ct if type(ct) is int else 0
+        pt = pt if type(pt) is int and pt >= 0 else 0
+        ct = ct if type(ct) is int and ct >= 0 else 0
+        retries = answer.get("retries", 0)  # so a replayed row tells the same story
+        retries = retries if type(retries) is int and retries >= 0 else 0
         self._hits += 1
         self._prompt_tokens += pt
         self._completion_tokens += ct
-        return Completion(text, self.name, pt, ct)
+        return Completion(text, self.name, pt, ct, retries=retries)
 
     def statistics(self) -> ModelStats:
         return ModelStats(self.name, self._hits + self._misses, self._misses, 0,

@@ -35,7 +35,7 @@ import numpy as np
 
 from populace._procmem import rss_bytes
 from populace.core import PlaceholderSet, Simulation, SimulationStats
-from populace.llm import ModelStats
+from populace.llm import model_stats
 
 #: Turns a batch of arrived replies into (numbers, NaN where invalid; latencies in seconds).
 Measure = Callable[[Sequence[Any]], tuple[np.ndarray, np.ndarray]]
@@ -584,7 +584,7 @@ class RunMonitor:
             if pid is not None and pid not in rss_seen:
                 rss_seen[pid] = rss_bytes(pid)
             llm_in_flight = 0
-            for m in _model_stats(w.resources):
+            for m in model_stats(w.resources):
                 acc = models.setdefault(m.model, [0, 0, 0, 0, 0, 0])
                 for k, v in enumerate((m.requests, m.failures, m.in_flight, m.prompt_tokens,
                                        m.completion_tokens, m.retries)):
@@ -749,16 +749,6 @@ class RunMonitor:
         if now - t0 >= 0.2:
             self._rates = (round((requests - r0) / (now - t0), 1),
                            round((answered - a0) / (now - t0), 1))
-
-
-def _model_stats(resources: Sequence[Any]) -> list[ModelStats]:
-    """The ModelStats among a worker's resource statistics (a ModelSet gives a mapping)."""
-    found: list[ModelStats] = []
-    for r in resources:
-        for item in (r.values() if isinstance(r, Mapping) else (r,)):
-            if isinstance(item, ModelStats):
-                found.append(item)
-    return found
 
 
 def run_snapshot(run_dir: str | Path) -> RunSnapshot:

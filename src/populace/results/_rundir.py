@@ -17,10 +17,13 @@ it (or the ``read_*`` functions).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import math
 import os
-import tempfile
+import secrets
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,28 +32,41 @@ import pyarrow.parquet as pq
 import yaml
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half."""
+def _new_temp(path: Path) -> Path:
+    """A new empty file beside ``path``, to be written and renamed over it. Its mode is what
+    the umask makes of 0666, as for every file of a run directory (``mkstemp``'s 0600 would
+    hide ``summary.json`` from a group that reads the Parquet files)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    while True:
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        return tmp
+
+
+def _replace(path: Path, write: Callable[[Path], object]) -> None:
+    """``write(tmp)``, then ``tmp`` made durable and renamed to ``path``: readers see the old
+    file or the new one, never half; a failure leaves no temporary file."""
+    tmp = _new_temp(path)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
+        write(tmp)
+        with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half."""
+    _replace(path, lambda tmp: tmp.write_bytes(data))
+
+
 def _write_parquet(path: Path, table: pa.Table) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    _replace(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
 
 def _sha256(path: Path) -> str | None:
@@ -59,6 +75,17 @@ def _sha256(path: Path) -> str | None:
             return hashlib.file_digest(f, "sha256").hexdigest()
     except OSError:
         return None
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float (in lists and dicts too) made None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 #: Parquet files at the top of a run directory that are not per-step tables.
@@ -88,11 +115,22 @@ class RunDirectory:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self._made: tuple[Path, ...] = ()  # directories create() made, deepest first
 
     @classmethod
     def create(cls, path: str | Path) -> RunDirectory:
-        """Make a new run directory; refuses one that already holds a run."""
+        """Make a new run directory (and its missing parents); refuses one that already
+        holds a run, or any file. An OS error (a parent that is a file, a read-only or
+        too long path) is an :class:`OSError` whose ``strerror`` says why."""
         made = cls(path)
+        missing = []
+        for p in (made.path, *made.path.parents):
+            if p.exists():
+                if p != made.path and not p.is_dir():
+                    raise NotADirectoryError(errno.ENOTDIR, f"{p} is a file, not a directory",
+                                             str(made.path))
+                break
+            missing.append(p)
         if made.holds_run():
             raise FileExistsError(f"{made.path} already holds a run; choose another output "
                                   "directory")
@@ -103,7 +141,19 @@ class RunDirectory:
         if made.path.exists() and not made.path.is_dir():
             raise FileExistsError(f"{made.path} is a file; choose an output directory")
         made.path.mkdir(parents=True, exist_ok=True)
+        made._made = tuple(missing)
         return made
+
+    def remove_if_empty(self) -> None:
+        """Remove the directories :meth:`create` made, as long as they are empty: a run that
+        failed before writing anything (its preflight) leaves nothing behind. A directory
+        that existed before is never removed."""
+        for directory in self._made:
+            try:
+                directory.rmdir()
+            except OSError:
+                break  # not empty (or gone): nor are its parents
+        self._made = ()
 
     def holds_run(self) -> bool:
         """Whether a run has written here (a summary, or step files)."""
@@ -158,8 +208,12 @@ class RunDirectory:
             part.unlink(missing_ok=True)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        atomic_write(self.path / "summary.json",
-                     (json.dumps(summary, indent=2, allow_nan=False) + "\n").encode())
+        """Write ``summary.json``; NaN and infinities are written as null (JSON has none)."""
+        try:
+            text = json.dumps(summary, indent=2, allow_nan=False)
+        except ValueError:  # rare: walk it only then
+            text = json.dumps(_finite(summary), indent=2, allow_nan=False)
+        atomic_write(self.path / "summary.json", (text + "\n").encode())
 
     def partial_tables(self) -> list[str]:
         """The tables with rows saved from a step still in progress."""
@@ -219,12 +273,14 @@ class RunDirectory:
         if not parts:
             return None
         out = self.path / f"{name}.parquet"
-        tmp = out.with_name(f".{out.name}.tmp")
         schema = pq.read_schema(parts[0])
-        with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
-            for part in parts:
-                writer.write_table(pq.read_table(part, schema=schema))
-        os.replace(tmp, out)
+
+        def join(tmp: Path) -> None:
+            with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+                for part in parts:
+                    writer.write_table(pq.read_table(part, schema=schema))
+
+        _replace(out, join)
         return out
 
 
@@ -259,7 +315,8 @@ def read_table(run_dir: str | Path, name: str | None = None) -> pa.Table:
 def read_partial(run_dir: str | Path, name: str | None = None
                  ) -> tuple[int, pa.Table] | None:
     """``(step, rows)`` saved from a step that was still in progress, if any. Without
-    ``name``: the only table with such rows (ValueError when several have)."""
+    ``name``: the only table with such rows (ValueError when several have). A damaged file
+    (cut short by a full disk) is a ValueError naming it."""
     d = Path(run_dir) / "partial"
     if name is None:
         names = sorted({_table_of(p) for p in d.glob("*-r*.parquet")})
@@ -272,7 +329,11 @@ def read_partial(run_dir: str | Path, name: str | None = None
     parts = _parts(d, name)
     if not parts:
         return None
-    return _step_of(parts[-1]), pq.read_table(parts[-1])
+    try:
+        return _step_of(parts[-1]), pq.read_table(parts[-1])
+    except pa.ArrowInvalid:
+        raise ValueError(f"partial/{parts[-1].name} is damaged (not a readable Parquet "
+                         "file)") from None
 
 
 def read_summary(run_dir: str | Path) -> dict[str, Any]:

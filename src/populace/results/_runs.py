@@ -24,7 +24,7 @@ from ._rundir import RunDirectory
 #: Keys of a step entry that number the step rather than measure it.
 _INDEX = ("step", "round")
 #: Keys of a step entry that are not metrics.
-_NOT_METRICS = frozenset({*_INDEX, "distributions", "failed"})
+_NOT_METRICS = frozenset({*_INDEX, "distributions", "failed", "llm"})
 #: Profile columns that are never categories to break down by.
 _NOT_CATEGORIES = frozenset({"agent_id", "background"})
 _MAX_VALUES = 24  # more distinct values than this: not a category worth a line each
