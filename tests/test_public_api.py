@@ -31,7 +31,8 @@ API: dict[str, set[str]] = {
         "EndpointStats", "Lease", "ModelClient", "ModelConfig", "ModelSet", "ModelStats",
         "OpenAIConfig", "OpenAIModel", "RecordingModel", "ReplayModel", "ScriptedConfig",
         "ScriptedModel", "ScriptedParams", "ServerOptions", "build_model", "create_app",
-        "preflight", "request_key", "running_server", "scripted_reply", "serve"},
+        "preflight", "request_key", "running_server", "scripted_reply", "serve", "TRAFFIC",
+        "model_stats", "traffic"},
     "populace.population": {
         "AspectConfig", "BackgroundConfig", "BackgroundResult", "DEFAULT_META_PROMPT",
         "DEFAULT_SYSTEM_PROMPT", "GroupsConfig", "PopulationConfig", "TEMPLATES",
@@ -55,6 +56,10 @@ API: dict[str, set[str]] = {
         "PROMPT_FIELDS", "Participant", "RESPONSE_SCHEMA", "Reporter", "RoundOutcome",
         "Rules", "RunConfig", "SilentReporter", "Timings", "parse_number", "parse_ratio",
         "play", "score_groups", "score_round"},
+    "populace.scenarios.social": {
+        "ACTIONS", "Feeds", "Graph", "Item", "News", "Part", "Person", "ScriptedPolicy",
+        "Shard", "Social", "StepData", "decide", "degree_stats", "homophily",
+        "load_edge_list", "parse_action"},
     "populace.scenarios.survey": {
         "ANSWER_SCHEMA", "Arm", "Plan", "Question", "Questionnaire", "Respondent", "Survey",
         "SurveyConfig", "Treatments", "assign_arms", "compare_reference", "crosstab",

@@ -128,6 +128,12 @@ class AgentGroup:
         """Global agent ids of the members, in member order."""
         return self._ids
 
+    @property
+    def workers(self) -> np.ndarray:
+        """The worker each member lives on, in member order (for work done once per worker,
+        e.g. handing each worker's shared resource its part of a large structure)."""
+        return self._sim._worker_of[self._ids]
+
     @overload
     def __getitem__(self, i: int) -> AgentHandle: ...
     @overload

@@ -42,6 +42,7 @@ from ._scenario import COMMON_OPTIONS, Scenario, ScenarioSettings
 BUILTIN: dict[str, str] = {
     "guess_number": "populace.scenarios.guess_number:GuessNumber",
     "survey": "populace.scenarios.survey:Survey",
+    "social": "populace.scenarios.social:Social",
 }
 #: The scenario of a run file that names none (run files older than scenarios).
 DEFAULT_SCENARIO = "guess_number"
