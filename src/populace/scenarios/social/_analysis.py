@@ -19,7 +19,6 @@ reposts by their ``root`` column.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
@@ -29,10 +28,11 @@ import pyarrow.compute as pc
 
 from populace.core import ConfigError
 
+from .._cells import num, pct, report
+
 ORIGINALS = ("news", "post")  # kinds of post a cascade starts from
 ACTIONS = ("post", "repost", "like", "follow", "nothing")
 RACE = ("claim", "correction")
-_MAX_ROWS = 500  # rows of one report table, at most
 _MAX_VALUES = 12  # profile columns with more distinct values get no reach table
 _TOP = 20  # largest cascades listed
 
@@ -446,23 +446,6 @@ def activity(actions: pa.Table | None, follows: pa.Table | None = None) -> pa.Ta
 
 
 # -- the report's tables -----------------------------------------------------------------------
-def _num(value: Any, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.{digits}f}"
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None or math.isnan(value) else f"{100 * value:.1f}%"
-
-
-def _report(title: str, head: tuple[str, ...], rows: list[list[str]]) -> dict[str, Any]:
-    more = f" (first {_MAX_ROWS} of {len(rows):,} rows)" if len(rows) > _MAX_ROWS else ""
-    return {"title": title + more, "head": head, "rows": rows[:_MAX_ROWS]}
-
-
 def reach_columns(profiles: pa.Table | None, aspect: str | None = None) -> list[str]:
     """The profile columns to break reach down by: ``aspect`` if given, else those of 2 to
     12 distinct values."""
@@ -491,9 +474,9 @@ def cascade_groups(table: pa.Table) -> list[tuple[str, pa.Table]]:
 def _summary(name: str, part: pa.Table) -> list[str]:
     size = np.asarray(part["size"].to_numpy(), dtype=np.int64)
     depth = np.asarray(part["depth"].to_numpy(), dtype=np.int64)
-    return [name, _num(part.num_rows), _pct(float((size > 0).mean())),
-            _num(float(size.mean()), 2), f"{float(np.median(size)):g}", _num(int(size.max())),
-            _num(float(depth.mean()), 2), _num(int(depth.max()))]
+    return [name, num(part.num_rows), pct(float((size > 0).mean())),
+            num(float(size.mean()), 2), f"{float(np.median(size)):g}", num(int(size.max())),
+            num(float(depth.mean()), 2), num(int(depth.max()))]
 
 
 def report_tables(posts: pa.Table, actions: pa.Table | None, follows: pa.Table | None,
@@ -511,44 +494,44 @@ def report_tables(posts: pa.Table, actions: pa.Table | None, follows: pa.Table |
     """
     profiles = _profiles(profiles)
     out = []
-    out.append(_report("Actions per step", ("step", *ACTIONS, "mean feed items seen",
+    out.append(report("Actions per step", ("step", *ACTIONS, "mean feed items seen",
                                             "follow edges added"),
-                       [[str(r["step"]), *(_num(r[a]) for a in ACTIONS),
-                         _num(r["exposed"], 1), _num(r["follows"])]
+                       [[str(r["step"]), *(num(r[a]) for a in ACTIONS),
+                         num(r["exposed"], 1), num(r["follows"])]
                         for r in activity(actions, follows).to_pylist()]))
     made = cascades(posts)
-    out.append(_report("Cascades", ("posts", "n", "reposted", "mean size", "median size",
+    out.append(report("Cascades", ("posts", "n", "reposted", "mean size", "median size",
                                     "max size", "mean depth", "max depth"),
                        [_summary(name, part) for name, part in cascade_groups(made)]))
     head = ("root", "label", "author", "step", "size", "depth", "steps reached")
 
     def listed(rows: list[dict[str, Any]]) -> list[list[str]]:
         return [[str(r["root"]), r["label"] or "-", str(r["author"]), str(r["step"]),
-                 _num(r["size"]), str(r["depth"]), str(r["reach_steps"])] for r in rows]
+                 num(r["size"]), str(r["depth"]), str(r["reach_steps"])] for r in rows]
 
     news = made.filter(pc.equal(made["kind"], "news")) if made.num_rows else made
-    out.append(_report("News cascades", head, listed(news.to_pylist())))
+    out.append(report("News cascades", head, listed(news.to_pylist())))
     top = made.take(pc.select_k_unstable(made, _TOP, [("size", "descending")])) \
         if made.num_rows else made
     top = top.filter(pc.greater(top["size"], 0)) if top.num_rows else top
     top = top.sort_by([("size", "descending"), ("root", "ascending")]) if top.num_rows else top
-    out.append(_report(f"Largest cascades (top {_TOP})", head, listed(top.to_pylist())))
-    out.append(_report("Adoption of the news per step", ("root", "label", "step",
+    out.append(report(f"Largest cascades (top {_TOP})", head, listed(top.to_pylist())))
+    out.append(report("Adoption of the news per step", ("root", "label", "step",
                                                          "new reposts", "reposts so far"),
-                       [[str(r["root"]), r["label"] or "-", str(r["step"]), _num(r["new"]),
-                         _num(r["cumulative"])] for r in adoption(posts).to_pylist()]))
+                       [[str(r["root"]), r["label"] or "-", str(r["step"]), num(r["new"]),
+                         num(r["cumulative"])] for r in adoption(posts).to_pylist()]))
     for by in reach_columns(profiles, aspect):
         rows = reach_by(posts, profiles, by, per="label").to_pylist()
-        out.append(_report(f"Reach of the news by {by}", ("label", by, "reposters",
+        out.append(report(f"Reach of the news by {by}", ("label", by, "reposters",
                                                           "population", "share reached"),
-                           [[r["label"], r["value"], _num(r["adopters"]),
-                             _num(r["population"]), _pct(r["share"])] for r in rows]))
+                           [[r["label"], r["value"], num(r["adopters"]),
+                             num(r["population"]), pct(r["share"])] for r in rows]))
     if aspect is not None:
-        out.append(_report(f"Echo chamber by {aspect}",
+        out.append(report(f"Echo chamber by {aspect}",
                            ("step", aspect, "agents exposed", "same-value share",
                             "random exposure", "ratio"),
-                           [[str(r["step"]), r["value"], _num(r["agents"]),
-                             _pct(r["same_share"]), _pct(r["expected"]), _num(r["ratio"], 2)]
+                           [[str(r["step"]), r["value"], num(r["agents"]),
+                             pct(r["same_share"]), pct(r["expected"]), num(r["ratio"], 2)]
                             for r in echo_chamber(actions, profiles, aspect).to_pylist()]))
     raced, overtakes = race(posts, population=profiles.num_rows or None)
     if raced.num_rows and pc.sum(raced["adopters"]).as_py():
@@ -557,10 +540,10 @@ def report_tables(posts: pa.Table, actions: pa.Table | None, follows: pa.Table |
         first, second = RACE
         when = "no overtaking" if overtakes is None else \
             f"{second} overtakes at step {overtakes}"
-        out.append(_report(f"{first.capitalize()} against {second} ({when})",
+        out.append(report(f"{first.capitalize()} against {second} ({when})",
                            ("step", f"{first} reposters", "share", f"{second} reposters",
                             "share"),
-                           [[str(s), _num(per[s, first]["adopters"]),
-                             _pct(per[s, first]["share"]), _num(per[s, second]["adopters"]),
-                             _pct(per[s, second]["share"])] for s in steps]))
+                           [[str(s), num(per[s, first]["adopters"]),
+                             pct(per[s, first]["share"]), num(per[s, second]["adopters"]),
+                             pct(per[s, second]["share"])] for s in steps]))
     return [t for t in out if t["rows"]]

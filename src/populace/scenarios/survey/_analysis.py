@@ -33,9 +33,10 @@ from scipy import stats
 
 from populace.core import ConfigError
 
+from .._cells import num, pct, report
+
 SEPARATOR = "; "  # between the labels of a multi_choice answer
 CHOICE = ("likert", "single_choice", "open")  # one option (or coding category) per answer
-_MAX_ROWS = 500  # rows of one report table, at most
 _MAX_VALUES = 12  # profile columns with more distinct values get no cross-tab
 
 
@@ -695,18 +696,6 @@ def weights_table(profiles: pa.Table, targets: Mapping[str, Mapping[str, float]]
 
 
 # -- the report's tables -----------------------------------------------------------------------
-def _num(value: Any, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.{digits}f}"
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None or math.isnan(value) else f"{100 * value:.1f}%"
-
-
 def _p(value: float | None) -> str:
     if value is None or math.isnan(value):
         return "-"
@@ -714,12 +703,7 @@ def _p(value: float | None) -> str:
 
 
 def _ci(low: float | None, high: float | None) -> str:
-    return "-" if low is None or high is None else f"[{_num(low)}, {_num(high)}]"
-
-
-def _report(title: str, head: tuple[str, ...], rows: list[list[str]]) -> dict[str, Any]:
-    more = f" (first {_MAX_ROWS} of {len(rows):,} rows)" if len(rows) > _MAX_ROWS else ""
-    return {"title": title + more, "head": head, "rows": rows[:_MAX_ROWS]}
+    return "-" if low is None or high is None else f"[{num(low)}, {num(high)}]"
 
 
 def crosstab_columns(profiles: pa.Table) -> list[str]:
@@ -765,44 +749,44 @@ def report_tables(answers: pa.Table, profiles: pa.Table | None,
     weights = None if targets is None else weights_table(profiles, targets)
     m = marginals(answers, qs, weights=weights).to_pylist()
     weighted = ("weighted share",) if weights is not None else ()
-    out.append(_report("Answers per question", ("wave", "question", "option", "n", "share",
+    out.append(report("Answers per question", ("wave", "question", "option", "n", "share",
                                                 *weighted),
-                       [[str(r["wave"]), r["question"], r["option"], _num(r["n"]),
-                         _pct(r["share"]),
-                         *((_pct(r["weighted_share"]),) if weights is not None else ())]
+                       [[str(r["wave"]), r["question"], r["option"], num(r["n"]),
+                         pct(r["share"]),
+                         *((pct(r["weighted_share"]),) if weights is not None else ())]
                         for r in m]))
-    out.append(_report("Numeric answers", ("wave", "question", "n", "mean", "sd", "median",
+    out.append(report("Numeric answers", ("wave", "question", "n", "mean", "sd", "median",
                                            "95% CI of the mean"),
-                       [[str(r["wave"]), r["question"], _num(r["n"]), _num(r["mean"]),
-                         _num(r["sd"]), _num(r["median"]), _ci(r["ci_low"], r["ci_high"])]
+                       [[str(r["wave"]), r["question"], num(r["n"]), num(r["mean"]),
+                         num(r["sd"]), num(r["median"]), _ci(r["ci_low"], r["ci_high"])]
                         for r in numeric_summary(answers, qs).to_pylist()]))
     for by in crosstab_columns(profiles):
-        out.append(_report(f"Answers by {by}", ("wave", "question", by, "option", "n",
+        out.append(report(f"Answers by {by}", ("wave", "question", by, "option", "n",
                                                 f"share within {by}"),
                            [[str(r["wave"]), r["question"], r["value"], r["option"],
-                             _num(r["n"]), _pct(r["share"])]
+                             num(r["n"]), pct(r["share"])]
                             for r in crosstab(answers, profiles, qs, by).to_pylist()]))
     if control is not None:
-        out.append(_report(f"Treatment effects (arm − {control}, 95% Welch CI)",
+        out.append(report(f"Treatment effects (arm − {control}, 95% Welch CI)",
                            ("wave", "question", "arm", "measure", "estimate", "95% CI",
                             "n arm", "n control", "p"),
                            [[str(r["wave"]), r["question"], r["arm"], r["measure"],
-                             _num(r["estimate"]), _ci(r["ci_low"], r["ci_high"]),
-                             _num(r["n_arm"]), _num(r["n_control"]), _p(r["p_value"])]
+                             num(r["estimate"]), _ci(r["ci_low"], r["ci_high"]),
+                             num(r["n_arm"]), num(r["n_control"]), _p(r["p_value"])]
                             for r in treatment_effects(answers, qs, control=control)
                             .to_pylist()]))
-    out.append(_report("Position of the chosen option (shuffled options)",
+    out.append(report("Position of the chosen option (shuffled options)",
                        ("question", "shown at", "n", "share", "expected", "p (uniform)"),
-                       [[r["question"], str(r["position"]), _num(r["n"]), _pct(r["share"]),
-                         _pct(r["expected"]), _p(r["p_value"])]
+                       [[r["question"], str(r["position"]), num(r["n"]), pct(r["share"]),
+                         pct(r["expected"]), _p(r["p_value"])]
                         for r in position_bias(answers, qs).to_pylist()]))
     if reference is not None:
         rows = compare_reference(answers, profiles, qs, as_reference(reference)).to_pylist()
-        out.append(_report("Model against reference", ("wave", "question", "aspect", "value",
+        out.append(report("Model against reference", ("wave", "question", "aspect", "value",
                                                        "n", "TVD", "chi²", "df", "p",
                                                        "outside reference"),
                            [[str(r["wave"]), r["question"], r["aspect"] or "all",
-                             r["value"] or "-", _num(r["n"]), _num(r["tvd"]),
-                             _num(r["chi2"], 2), str(r["df"]), _p(r["p_value"]),
-                             _num(r["outside"])] for r in rows]))
+                             r["value"] or "-", num(r["n"]), num(r["tvd"]),
+                             num(r["chi2"], 2), str(r["df"]), _p(r["p_value"]),
+                             num(r["outside"])] for r in rows]))
     return [t for t in out if t["rows"]]
