@@ -1,19 +1,21 @@
-"""Shared by the game's tests: a small config, a run into a directory, a scripted model.
+"""Shared by the game's tests: a small config, a run into a directory, a scripted server.
 
-``ScriptedModel`` answers what the test says and records every request, so tests can check
-what each participant was told; the ``scripted`` fixture (tests/scenarios/conftest.py)
-installs it into play().
+``ScriptedServer`` answers what the test says over the OpenAI-compatible HTTP API and records
+every request, so tests can check what each participant was told; the ``scripted`` fixture
+(tests/scenarios/conftest.py) points a config's models at it.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from populace.core import derive_seed, seed_for
-from populace.llm import ChatMessage, Completion, ModelStats
+from aiohttp import web
+
+from populace.core import ModelError, derive_seed, seed_for
+from populace.llm import ChatMessage
 from populace.results import RunDirectory
 from populace.scenarios.guess_number import RunConfig, play
 
@@ -37,63 +39,80 @@ async def run_into(tmp_path: Path, config: RunConfig, name: str = "run") -> Path
 
 
 
-class ScriptedModel:
-    """Answers ``answer(agent_id, round)`` and records every request, keyed the same way.
+class ScriptedServer:
+    """An OpenAI-compatible loopback server answering ``answer(agent_id, round)``; it records
+    every request, keyed the same way.
 
     Participants pass ``seed=seed_for(derive_seed(run seed, round), agent id)``; inverting that
-    tells the model who is asking. ``prompts`` holds the last message (the round prompt),
-    ``conversations`` every message sent.
+    tells the server who is asking. ``prompts`` holds the last message (the round prompt),
+    ``conversations`` every message sent. A :class:`~populace.core.ModelError` raised by
+    ``answer`` becomes an HTTP 400 carrying its message, which the client does not retry.
+    Usage counts characters: the prompt's last message, and the answer.
     """
 
-    def __init__(self, name: str, config: RunConfig,
-                 answer: Callable[[int, int], str]) -> None:
-        self.name = name
+    def __init__(self) -> None:
+        self.url = ""
+        self.prompts: dict[tuple[int, int], str] = {}
+        self.conversations: dict[tuple[int, int], list[ChatMessage]] = {}
+        self._who: dict[int, tuple[int, int]] = {}
+        self._answer: Callable[[int, int], str] = lambda agent, round_no: "0"
+
+    def script(self, config: RunConfig, answer: Callable[[int, int], str]
+               ) -> tuple[RunConfig, ScriptedServer]:
+        """Answer ``config``'s participants with ``answer``; returns ``config`` with every model
+        served here (one call each: the direct protocol, as for the dummy model), and this
+        server."""
         self._who = {seed_for(derive_seed(config.seed, r), i): (i, r)
                      for i in range(config.agents) for r in range(1, config.rounds + 1)}
         self._answer = answer
-        self.prompts: dict[tuple[int, int], str] = {}
-        self.conversations: dict[tuple[int, int], list[ChatMessage]] = {}
-        self.closed = False
+        data = config.model_dump(mode="json")
+        data["models"] = {name: {"provider": "openai", "model": "scripted",
+                                 "base_urls": [self.url], "max_retries": 0}
+                          for name in config.models}
+        if data["game"]["protocol"] == "auto":
+            data["game"]["protocol"] = "direct"
+        return RunConfig.model_validate(data), self
 
-    async def complete(
-        self,
-        messages: Sequence[dict[str, str]],
-        *,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        max_tokens: int | None = None,
-        response_format: dict[str, Any] | None = None,
-    ) -> Completion:
-        assert seed is not None
-        agent, round_no = self._who[seed]
+    async def _chat(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        messages = body["messages"]
+        agent, round_no = self._who[body["seed"]]
         self.prompts[agent, round_no] = messages[-1]["content"]
         self.conversations[agent, round_no] = [dict(m) for m in messages]
-        await asyncio.sleep(0)  # answer on a later tick, like a real model
-        text = self._answer(agent, round_no)
-        return Completion(text, self.name, prompt_tokens=len(messages[-1]["content"]),
-                          completion_tokens=len(text))
+        try:
+            text = self._answer(agent, round_no)
+        except ModelError as e:
+            return web.json_response({"error": {"message": str(e), "type": "test"}},
+                                     status=400)
+        return web.json_response({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "scripted",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": len(messages[-1]["content"]),
+                      "completion_tokens": len(text)}})
 
-    def statistics(self) -> ModelStats:
-        return ModelStats(self.name, len(self.prompts), 0, 0, 0, 0)
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "scripted"}]})
 
-    async def aclose(self) -> None:
-        self.closed = True
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[ScriptedServer]:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            host, port = runner.addresses[0][:2]
+            self.url = f"http://{host}:{port}/v1"
+            yield self
+        finally:
+            await runner.cleanup()
 
 
-def merged_prompts(models: list[ScriptedModel]) -> dict[tuple[int, int], str]:
-    out: dict[tuple[int, int], str] = {}
-    for m in models:
-        out.update(m.prompts)
-    return out
-
-
-def merged_conversations(models: list[ScriptedModel]
-                         ) -> dict[tuple[int, int], list[ChatMessage]]:
-    out: dict[tuple[int, int], list[ChatMessage]] = {}
-    for m in models:
-        out.update(m.conversations)
-    return out
+#: The ``scripted`` fixture: ``config, server = scripted(config, answer)``.
+Scripted = Callable[[RunConfig, Callable[[int, int], str]], tuple[RunConfig, ScriptedServer]]
 
 
 def result_message(entry: dict[str, Any]) -> str:

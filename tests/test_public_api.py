@@ -15,8 +15,10 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "populace"
 API: dict[str, set[str]] = {
     "populace.core": {
         "Agent", "AgentGroup", "AgentHandle", "Backend", "CallTimeout", "ConfigError",
-        "LocalBackend", "Memory", "ModelError", "Msg", "PerWorker", "Placeholder",
-        "PlaceholderSet", "PopulaceError", "Profile", "ServiceHandle", "ServiceLost",
+        "LocalBackend", "Memory", "ModelBadResponse", "ModelError", "ModelHTTPError",
+        "ModelTimeout", "ModelUnreachable", "Msg", "PerWorker", "Placeholder",
+        "PlaceholderSet", "PopulaceError", "Profile", "RecordingMiss", "ServiceHandle",
+        "ServiceLost",
         "SharedTimers", "Signal", "Simulation", "SimulationClosed", "SimulationStats",
         "TaskOwner", "UnobservedFailureWarning", "WorkerLost", "WorkerStats", "derive_seed",
         "gather", "make_backend", "mix64", "seed_for", "ship_by_value", "unit_float", "wait"},

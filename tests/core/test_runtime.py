@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,6 @@ import pytest
 
 from populace.core import (
     Agent,
-    Backend,
     CallTimeout,
     LocalBackend,
     Memory,
@@ -544,9 +544,17 @@ async def test_in_flight_never_goes_negative_after_a_dependency_failure() -> Non
 
 async def test_make_backend() -> None:
     local = make_backend("local")
-    assert isinstance(local, LocalBackend)
-    assert isinstance(local, Backend)
+    assert type(local) is LocalBackend and (local.name, local.remote) == ("local", False)
     assert make_backend(local) is local
+    # What it makes is a working backend (a runtime-checkable protocol only checks names):
+    # the runtime starts it, runs agents on it, reads it and stops it.
+    async with Simulation(workers=3, backend=local) as sim:
+        group = await sim.create(Plain, 3)
+        assert await group.broadcast(Msg("m", "hi")) == [0, 1, 2]
+        assert local.n_workers == 3
+        assert [w.calls_done for w in local.statistics()] == [1, 1, 1]
+        assert [info["pid"] for info in local.worker_info()] == [os.getpid()] * 3
+    assert local.n_workers == 0  # stopped with the simulation
     with pytest.raises(ValueError, match="unknown backend 'nope'"):
         make_backend("nope")
     with pytest.raises(TypeError, match="no options"):

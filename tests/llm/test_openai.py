@@ -429,3 +429,41 @@ async def test_a_missing_or_empty_content_is_reported_as_such(
             await model.aclose()
     assert cause in str(info.value)
     assert model.statistics().failures == 1
+
+
+async def test_a_failed_call_says_its_kind_by_type_and_cause() -> None:
+    """The error a call fails with carries its kind (``cause``) and a subclass per family,
+    so summaries and the studio count failures without reading messages (and the kind
+    survives pickling, as errors cross from Ray workers)."""
+    import pickle
+
+    from populace.core import ModelError, ModelHTTPError, ModelTimeout, ModelUnreachable
+    from populace.results import error_kind
+
+    cases = [
+        (ServerOptions(rate_500=1.0), ModelHTTPError, "HTTP 500"),
+        (ServerOptions(rate_timeout=1.0, timeout_sleep=5.0), ModelTimeout, "timed out"),
+    ]
+    for options, kind, cause in cases:
+        async with running_server(options) as url:
+            model = OpenAIModel("m", model="dummy", base_urls=[url], max_retries=0, timeout=0.5,
+                                max_backoff=0.0)
+            try:
+                with pytest.raises(kind) as caught:
+                    await model.complete([{"role": "user", "content": "hi"}], seed=1)
+            finally:
+                await model.aclose()
+        error = caught.value
+        assert error.cause == cause and error_kind(error) == f"ModelError: {cause}"
+        again = pickle.loads(pickle.dumps(error))
+        assert type(again) is kind and again.cause == cause and str(again) == str(error)
+    model = OpenAIModel("m", model="dummy", base_urls=["http://127.0.0.1:9/v1"], max_retries=0,
+                        timeout=1)
+    try:
+        with pytest.raises(ModelUnreachable) as unreachable:
+            await model.complete([{"role": "user", "content": "hi"}])
+    finally:
+        await model.aclose()
+    assert unreachable.value.cause == "cannot connect"
+    assert isinstance(unreachable.value, ModelError)
+    assert error_kind(ValueError("HTTP 500 in a message")) == "ValueError"  # no regex

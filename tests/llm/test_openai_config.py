@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel, ValidationError
 
-import populace.llm
 from populace.core import ConfigError
 from populace.llm import (
     DummyConfig,
@@ -64,17 +63,3 @@ def test_build_model_reads_the_key_from_the_environment(monkeypatch: pytest.Monk
     assert [e.url for e in model.endpoint_statistics()] == ["http://a/v1", "https://b/v1"]
     assert model._headers["Authorization"] == "Bearer secret"
     assert isinstance(build_model("d", DummyConfig(latency=0)), DummyModel)
-
-
-def test_public_names_are_exactly_these() -> None:
-    assert populace.llm.__all__ == sorted(populace.llm.__all__)
-    assert set(populace.llm.__all__) == {
-        "ChatMessage", "Completion", "DummyConfig", "DummyModel", "EndpointPool",
-        "EndpointStats", "Lease", "ModelClient", "ModelConfig", "ModelSet", "ModelStats",
-        "OpenAIConfig",
-        "OpenAIModel", "RecordingModel", "ReplayModel", "ScriptedConfig", "ScriptedModel",
-        "ScriptedParams", "ServerOptions", "build_model", "create_app", "preflight",
-        "request_key", "running_server", "scripted_reply", "serve",
-    }
-    for name in populace.llm.__all__:
-        assert hasattr(populace.llm, name)

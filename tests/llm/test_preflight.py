@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -36,17 +37,54 @@ def silent_url() -> Iterator[str]:
         yield f"http://127.0.0.1:{s.getsockname()[1]}/v1"
 
 
+@asynccontextmanager
+async def listing_server(models: list[str]) -> AsyncIterator[tuple[str, list[str | None]]]:
+    """A server answering ``GET /v1/models`` with ``models``; yields its base URL and the
+    ``Authorization`` header of every request it got."""
+    seen: list[str | None] = []
+
+    async def listing(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization"))
+        return web.json_response({"object": "list",
+                                  "data": [{"id": m, "object": "model"} for m in models]})
+
+    app = web.Application()
+    app.router.add_get("/v1/models", listing)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        yield f"http://{host}:{port}/v1", seen
+    finally:
+        await runner.cleanup()
+
+
 async def test_reachable_servers_serving_the_model_pass(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("POPULACE_TEST_KEY", "sekrit")
-    async with running_server(ServerOptions(models=["a", "b"])) as one, \
-            running_server(ServerOptions(models=["b"], api_key="sekrit")) as two:
-        await preflight({
-            "dummy": DummyConfig(latency=0),
-            "first": openai(one, "a"),
-            "second": openai([one, two], "b", api_key_env="POPULACE_TEST_KEY"),
-        })
-        await preflight({})
+    async with listing_server(["a", "b"]) as (one, seen_one), \
+            listing_server(["b"]) as (two, seen_two):
+        models = {"dummy": DummyConfig(latency=0), "first": openai(one, "a"),
+                  "second": openai([one, two], "b", api_key_env="POPULACE_TEST_KEY")}
+        assert await preflight(models) is None
+        # Every endpoint was asked, once per key: `one` without a key and with it.
+        assert sorted(h or "" for h in seen_one) == ["", "Bearer sekrit"]
+        assert seen_two == ["Bearer sekrit"]
+        # The same servers, one model they do not serve: the answers were really read.
+        message = await problem({**models, "third": openai(two, "a")})
+        assert message.startswith(f"models.third: server at {two} does not serve model 'a'")
+    assert await preflight({}) is None
+
+
+async def test_a_real_server_that_wants_the_key_gets_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POPULACE_TEST_KEY", "sekrit")
+    async with running_server(ServerOptions(models=["b"], api_key="sekrit")) as base:
+        assert await preflight({"m": openai(base, "b", api_key_env="POPULACE_TEST_KEY")}) \
+            is None
+        assert "requires an API key" in await problem({"m": openai(base, "b")})
 
 
 async def test_an_unreachable_base_url(dead_url: str) -> None:

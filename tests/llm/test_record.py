@@ -84,7 +84,7 @@ async def test_record_over_http_then_replay_with_the_server_gone(tmp_path: Path)
     assert first["key"] == key_of("qwen", req["messages"], temperature=0.7, seed=req["seed"],
                                   max_tokens=200)
     error = records[-1]
-    assert error["error"]["type"] == "ModelError" and "404" in error["error"]["message"]
+    assert error["error"]["type"] == "ModelHTTPError" and "404" in error["error"]["message"]
     assert "text" not in error and error["request"]["seed"] == 99
     assert path.read_bytes().isascii()
 

@@ -129,9 +129,11 @@ def test_unknown_template_lists_the_known_ones(tmp_path: Path) -> None:
     ({"size": 5, "aspects": {"a": ONE}, "backgrounds": {"temperature": [1.5, 0.5]}},
      "backgrounds.temperature: expected 0 <= low <= high <= 2, got [1.5, 0.5]"),
     ({"size": 5, "aspects": {"a": ONE}, "backgrounds": {"concurency": 3}},
-     "backgrounds.concurency: unknown key (expected one of: model, system, template"),
+     "backgrounds.concurency: unknown key (did you mean concurrency?) (expected one of: "
+     "model, system, template"),
     ({"size": 5, "aspects": {"a": ONE}, "sizes": 3},
-     "sizes: unknown key (expected one of: size, seed, aspects, groups, backgrounds)"),
+     "sizes: unknown key (did you mean size?) (expected one of: size, seed, aspects, groups, "
+     "backgrounds)"),
 ])
 def test_top_level_mistakes(tmp_path: Path, data: dict[str, Any], expected: str) -> None:
     assert error_of(tmp_path, data).startswith(expected)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
-import time
+import socket
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import numpy as np
 import pyarrow.compute as pc
 import pytest
@@ -16,8 +18,7 @@ import pytest
 from populace.config import validate
 from populace.core import ModelError, SimulationStats, WorkerStats
 from populace.launch import launch, load_run_file
-from populace.llm import Completion, EndpointStats, ModelStats
-from populace.llm import _modelset as modelset_module
+from populace.llm import EndpointStats, ModelStats, OpenAIModel, ServerOptions, running_server
 from populace.results import RunDirectory, RunMonitor, read_summary, read_table, run_snapshot
 from populace.results._monitor import (
     AUTO_BINS,
@@ -47,6 +48,11 @@ def coins(tmp_path: Path, **settings: Any) -> Any:
             f"settings: {json.dumps(settings)}\n")
     (tmp_path / "coins.yaml").write_text(text)
     return load_run_file(tmp_path / "coins.yaml")
+
+
+async def server_stats(base: str) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as s, s.get(base.removesuffix("/v1") + "/stats") as r:
+        return await r.json()
 
 
 def size(snapshot: RunSnapshot) -> int:
@@ -137,36 +143,31 @@ async def test_the_histogram_fills_while_a_step_is_still_going() -> None:
     assert any(in_call == 600 for _, _, in_call in partial)  # the slow two thirds still calling
 
 
-async def test_failed_answers_are_counted_by_kind(monkeypatch: pytest.MonkeyPatch) -> None:
-    class Flaky:
-        def __init__(self, name: str, cfg: Any) -> None:
-            self.name, self.calls = name, 0
-
-        async def complete(self, messages: Sequence[Any], **kw: Any) -> Completion:
-            self.calls += 1
-            await asyncio.sleep(0)
-            if kw["seed"] % 5 == 0:
-                raise ModelError(f"model {self.name!r}: HTTP 503: overloaded from http://x/v1")
-            if kw["seed"] % 5 == 1:
-                raise ModelError(f"model {self.name!r}: timed out after 1 s from http://x/v1")
-            return Completion("42", self.name, prompt_tokens=3, completion_tokens=1)
-
-        def statistics(self) -> ModelStats:
-            return ModelStats(self.name, self.calls, 0, 0, 0, 0)
-
-        async def aclose(self) -> None:
-            pass
-
-    monkeypatch.setattr(modelset_module, "build_model", Flaky)
-    monitor = RunMonitor()
-    summary = await play(config(rounds=1), None, monitor=monitor)
+async def test_failed_answers_are_counted_by_kind() -> None:
+    # A real client against a faulty server: the kinds come from real failures, not from
+    # messages written to fit the monitor.
+    options = ServerOptions(rate_500=0.2, rate_timeout=0.1, rate_malformed=0.1,
+                            timeout_sleep=3.0, seed=11)
+    async with running_server(options, shutdown_timeout=0.1) as base:
+        model = {"provider": "openai", "model": "dummy", "base_urls": [base], "timeout": 0.5,
+                 "max_retries": 0, "eject_after": 10_000}
+        monitor = RunMonitor()
+        summary = await play(config(agents=200, rounds=1, models={"flaky": model}), None,
+                             monitor=monitor)
+        served = await server_stats(base)
     snap = monitor.snapshot()
     kinds = dict(snap.llm.errors)
     failed = summary["steps"][0]["n"] - summary["steps"][0]["n_valid"]
-    assert set(kinds) == {"ModelError: HTTP 503", "ModelError: timed out"}
+    injected = served["injected"]
+    assert set(injected) == {"500", "timeout", "malformed"}
+    assert kinds == {"ModelError: HTTP 500": injected["500"],
+                     "ModelError: timed out": injected["timeout"],
+                     "ModelError: malformed JSON": injected["malformed"]}
     assert sum(kinds.values()) == failed == snap.progress.failed > 0
     assert snap.states.failed == failed
-    assert snap.answers.n == 600 - failed
+    assert snap.answers.n == 200 - failed
+    # a valid answer may take a second (extraction) call: requests are what the server saw
+    assert snap.llm.failures == failed and snap.llm.requests == served["requests"] > 200
 
 
 async def test_stop_abandons_the_step_keeps_finished_ones_and_can_resume(tmp_path: Path
@@ -308,22 +309,70 @@ def test_a_million_agent_snapshot_stays_under_50_kb() -> None:
     assert snap.llm.latency_s.p50 == pytest.approx(1.25, rel=0.05)
 
 
-def test_snapshots_are_cheap_to_take() -> None:
+class CountedWorkers(tuple):  # type: ignore[type-arg]
+    """Workers' statistics that count how often they are walked."""
+
+    walks = 0
+
+    def __iter__(self) -> Any:
+        CountedWorkers.walks += 1
+        return super().__iter__()
+
+
+def test_snapshots_reuse_what_refresh_computed() -> None:
+    # A snapshot must not redo per-worker or per-agent work: that is done once per refresh.
+    # (Counted, not timed, so that a slow machine cannot fail it.)
     monitor = RunMonitor()
     monitor.run_started(name="x", agents=10, rounds=1)
-    monitor.refresh(stats(64, 1_000_000, 8), force=True)
-    start = time.perf_counter()
+    big = stats(64, 1_000_000, 8)
+    counted = dataclasses.replace(big, workers=CountedWorkers(big.workers))
+    CountedWorkers.walks = 0
+    monitor.refresh(counted, force=True)
+    assert CountedWorkers.walks == 1
+    first = monitor.snapshot()
     for _ in range(100):
-        json.dumps(monitor.snapshot().to_json())
-    assert (time.perf_counter() - start) / 100 < 0.01  # well under 10 ms each
+        snap = monitor.snapshot()
+        json.dumps(snap.to_json())
+    assert CountedWorkers.walks == 1  # snapshots never walk the workers again
+    # ... and hand out the rows refresh built rather than rebuilding them
+    assert snap.workers is first.workers and snap.series is first.series
+    assert snap.llm.models is first.llm.models and snap.llm.endpoints is first.llm.endpoints
+    assert len(snap.workers) == 64 and snap.llm.requests == 3 * 50_000 * 64
 
 
 # -- details -------------------------------------------------------------------------------------
-def test_error_kinds_name_the_type_and_the_cause() -> None:
-    assert error_kind(ModelError("model 'q': HTTP 429 rate limited: slow down")) == \
-        "ModelError: HTTP 429"
-    assert error_kind(ModelError("model 'q': timed out after 60 s from u")) == \
-        "ModelError: timed out"
+@pytest.mark.parametrize(("options", "user", "kind"), [
+    (ServerOptions(rate_500=1.0), "go", "ModelError: HTTP 500"),
+    (ServerOptions(rate_429=1.0, retry_after=0.0), "go", "ModelError: HTTP 429"),
+    (ServerOptions(rate_timeout=1.0, timeout_sleep=3.0), "go", "ModelError: timed out"),
+    (ServerOptions(rate_malformed=1.0), "go", "ModelError: malformed JSON"),
+    (ServerOptions(policy="echo"), "", "ModelError: empty content"),
+    (ServerOptions(models=("other",)), "go", "ModelError: HTTP 404"),
+])
+async def test_error_kinds_of_real_client_failures(options: ServerOptions, user: str,
+                                                   kind: str) -> None:
+    async with running_server(options, shutdown_timeout=0.1) as base:
+        model = OpenAIModel("q", model="dummy", base_urls=[base], timeout=0.3, max_retries=0)
+        try:
+            with pytest.raises(ModelError) as caught:
+                await model.complete([{"role": "user", "content": user}])
+        finally:
+            await model.aclose()
+    assert error_kind(caught.value) == kind
+
+
+async def test_error_kind_of_an_unreachable_server_and_of_other_errors() -> None:
+    with socket.socket() as s:  # a port that nobody listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    model = OpenAIModel("q", model="dummy", base_urls=[f"http://127.0.0.1:{port}/v1"],
+                        max_retries=0)
+    try:
+        with pytest.raises(ModelError) as caught:
+            await model.complete([{"role": "user", "content": "go"}])
+    finally:
+        await model.aclose()
+    assert error_kind(caught.value) == "ModelError: cannot connect"
     assert error_kind(ValueError("boom")) == "ValueError"
 
 

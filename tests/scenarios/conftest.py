@@ -2,33 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
 import pytest
 
-from game_helpers import ScriptedModel
-from populace.llm import _modelset as modelset_module
-from populace.scenarios.guess_number import RunConfig
+from game_helpers import Scripted, ScriptedServer
 
 
 @pytest.fixture
-def scripted(monkeypatch: pytest.MonkeyPatch) -> Callable[..., list[ScriptedModel]]:
-    """``scripted(config, answer)`` makes play() build ScriptedModels; returns those built.
+async def scripted() -> AsyncIterator[Scripted]:
+    """``config, server = scripted(config, answer)``: ``config`` with its models served by a
+    loopback server answering ``answer(agent, round)``, which records every request.
 
-    play() builds one ModelSet per worker (``PerWorker(ModelSet.build, configs, ...)``), which
-    makes each client with ``build_model(name, config)``; only that last step is replaced,
-    so the set is still built, used and closed as in a real run.
+    The run builds, uses and closes its real clients (``provider: openai``) as any run does;
+    only the answers are the test's.
     """
-
-    def install(config: RunConfig, answer: Callable[[int, int], str]) -> list[ScriptedModel]:
-        built: list[ScriptedModel] = []
-
-        def build(name: str, _model_config: Any) -> ScriptedModel:
-            built.append(ScriptedModel(name, config, answer))
-            return built[-1]
-
-        monkeypatch.setattr(modelset_module, "build_model", build)
-        return built
-
-    return install
+    server = ScriptedServer()
+    async with server.running():
+        yield server.script

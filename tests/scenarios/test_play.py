@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,25 +13,16 @@ import pyarrow.compute as pc
 import pytest
 import yaml
 
-from game_helpers import (
-    ScriptedModel,
-    make_config,
-    merged_conversations,
-    merged_prompts,
-    result_message,
-    run_into,
-)
+from game_helpers import Scripted, make_config, result_message, run_into
 from populace.core import ModelError
-from populace.results import RunDirectory, read_summary, read_table
+from populace.results import RunDirectory, latest_checkpoint, read_summary, read_table
 from populace.scenarios.guess_number import (
     RESPONSE_SCHEMA,
-    Participant,
     RoundOutcome,
     RunConfig,
     Timings,
     play,
 )
-from populace.scenarios.guess_number import _play as play_module
 
 COLUMNS = ["round", "agent_id", "group", "model", "number", "valid", "raw", "extract_raw",
            "error", "latency_s", "calls", "retries", "prompt_tokens", "completion_tokens"]
@@ -200,7 +190,7 @@ async def test_out_of_range_answers_are_invalid_but_kept(tmp_path: Path) -> None
 
 
 async def test_unparsable_answers_and_model_errors(
-    tmp_path: Path, scripted: Callable[..., list[ScriptedModel]]
+    tmp_path: Path, scripted: Scripted
 ) -> None:
     config = make_config(agents=60, rounds=2, game={"ratio": "1/2"})
 
@@ -211,9 +201,9 @@ async def test_unparsable_answers_and_model_errors(
             return "I CAN'T"
         return f"I pick {agent}"
 
-    models = scripted(config, answer)
+    config, model = scripted(config, answer)
     path = await run_into(tmp_path, config)
-    assert len(models) == 2 and all(m.closed for m in models)  # one per worker, closed
+    assert set(model.prompts) == {(a, r) for a in range(60) for r in (1, 2)}  # one call each
     summary = read_summary(path)
     assert summary["status"] == "completed"
     table = read_table(path)
@@ -223,7 +213,11 @@ async def test_unparsable_answers_and_model_errors(
         if agent % 10 == 3:
             assert row["valid"] is False
             assert row["number"] is None and row["raw"] is None
-            assert row["error"] == f"ModelError: server said no to agent {agent}"
+            # the error's type (a ModelError), then the client's message naming the cause
+            kind, message = row["error"].split(": ", 1)
+            assert kind.startswith("Model") and kind.endswith("Error")
+            assert message == (f"model 'dummy': HTTP 400: server said no to agent {agent} "
+                               f"from {model.url} (after 1 attempt)")
             assert row["latency_s"] is None
             assert (row["prompt_tokens"], row["completion_tokens"]) == (0, 0)
             assert (row["calls"], row["retries"], row["extract_raw"]) == (0, 0, None)
@@ -256,10 +250,10 @@ async def test_unparsable_answers_and_model_errors(
 
 
 async def test_a_round_without_valid_answers(
-    tmp_path: Path, scripted: Callable[..., list[ScriptedModel]]
+    tmp_path: Path, scripted: Scripted
 ) -> None:
     config = make_config(agents=20, rounds=2)
-    models = scripted(config, lambda agent, round_no: "no idea")
+    config, model = scripted(config, lambda agent, round_no: "no idea")
     path = await run_into(tmp_path, config)
     summary = read_summary(path)
     assert summary["status"] == "completed"
@@ -268,7 +262,7 @@ async def test_a_round_without_valid_answers(
         assert entry["mean"] is entry["target"] is entry["winner_number"] is None
     # No winner, so the moderator has nothing to tell: round 2 remembers only the agent's
     # own answer.
-    conversations = merged_conversations(models)
+    conversations = model.conversations
     for agent in range(20):
         assert conversations[agent, 2] == [
             {"role": "assistant", "content": "no idea"},
@@ -278,13 +272,13 @@ async def test_a_round_without_valid_answers(
 
 # -- what participants are told ------------------------------------------------------------------
 async def test_prompts_carry_the_rules_and_the_last_winner(
-    tmp_path: Path, scripted: Callable[..., list[ScriptedModel]]
+    tmp_path: Path, scripted: Scripted
 ) -> None:
     config = make_config(agents=40, game={"ratio": "1/2", "offset": 5, "low": 0, "high": 60})
-    models = scripted(config, lambda agent, round_no: str(10 + (agent * 7 + round_no) % 41))
+    config, model = scripted(config, lambda agent, round_no: str(10 + (agent * 7 + round_no) % 41))
     path = await run_into(tmp_path, config)
-    prompts = merged_prompts(models)
-    conversations = merged_conversations(models)
+    prompts = model.prompts
+    conversations = model.conversations
     assert set(prompts) == {(a, r) for a in range(40) for r in (1, 2, 3)}
     rounds = read_summary(path)["steps"]
 
@@ -310,13 +304,13 @@ async def test_prompts_carry_the_rules_and_the_last_winner(
 
 
 async def test_custom_prompt_template(
-    tmp_path: Path, scripted: Callable[..., list[ScriptedModel]]
+    tmp_path: Path, scripted: Scripted
 ) -> None:
     config = make_config(agents=5, rounds=2, game={
         "prompt": "Round {round} of {rounds}, ratio {ratio}, offset {offset}. {history}Go."})
-    models = scripted(config, lambda agent, round_no: "50")
+    config, model = scripted(config, lambda agent, round_no: "50")
     await run_into(tmp_path, config)
-    prompts = merged_prompts(models)
+    prompts = model.prompts
     assert prompts[0, 1] == "Round 1 of 2, ratio 2/3, offset 0. Go." + ANSWER_FORMAT
     # {history} is still filled in for templates that ask for it: everyone said 50.
     assert prompts[0, 2] == (
@@ -324,20 +318,12 @@ async def test_custom_prompt_template(
         "target was 33.33 and the winning number was 50. Go." + ANSWER_FORMAT)
 
 
-@pytest.fixture
-def recorded_participants(monkeypatch: pytest.MonkeyPatch) -> list[Participant]:
-    """Make play() create participants that stay reachable after the run."""
-    created: list[Participant] = []
-
-    class Recorded(Participant):
-        __slots__ = ()
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            created.append(self)
-
-    monkeypatch.setattr(play_module, "Participant", Recorded)
-    return created
+def memories(path: Path) -> list[list[tuple[Any, ...]]]:
+    """Every participant's memory at the end of the run, in agent order, from the last
+    checkpoint (what a resumed run starts from): ``(sender, content, role, metadata)``."""
+    point = latest_checkpoint(path)
+    assert point is not None
+    return [[tuple(m) for m in state["memory"]] for state in point[1]["agents"]["participants"]]
 
 
 def raw_by_agent(table: pa.Table) -> dict[int, list[str]]:
@@ -350,62 +336,56 @@ def raw_by_agent(table: pa.Table) -> dict[int, list[str]]:
     return out
 
 
-async def test_feedback_reaches_every_memory(
-    tmp_path: Path, recorded_participants: list[Participant],
-    scripted: Callable[..., list[ScriptedModel]],
-) -> None:
+async def test_feedback_reaches_every_memory(tmp_path: Path, scripted: Scripted) -> None:
     config = make_config(agents=50, game={"feedback": True})
-    scripted(config, lambda agent, round_no: str(agent + round_no))
+    config, _ = scripted(config, lambda agent, round_no: str(agent + round_no))
     path = await run_into(tmp_path, config)
     rounds = read_summary(path)["steps"]
-    assert sorted(p.id for p in recorded_participants) == list(range(50))
-    for p in recorded_participants:
+    remembered = memories(path)
+    assert len(remembered) == 50
+    for agent, memory in enumerate(remembered):
         # Each round: the agent's own answer, then the moderator's announcement, which the
         # agent read from the game's environment.
-        memory = list(p.memory)
-        assert [m.content for m in memory] == [
-            x for r in range(3) for x in (str(p.id + r + 1), result_message(rounds[r]))]
-        assert [(m.sender, m.role) for m in memory[1::2]] == [("moderator", "system")] * 3
-        assert [m.metadata for m in memory[1::2]] == [{"round": 1}, {"round": 2}, {"round": 3}]
+        assert [content for _, content, _, _ in memory] == [
+            x for r in range(3) for x in (str(agent + r + 1), result_message(rounds[r]))]
+        assert [(sender, role) for sender, _, role, _ in memory[::2]] == [
+            (agent, "assistant")] * 3
+        assert [(sender, role, meta) for sender, _, role, meta in memory[1::2]] == [
+            ("moderator", "system", {"round": r}) for r in (1, 2, 3)]
 
 
-async def test_a_model_that_reads_no_prompt_remembers_nothing(
-    tmp_path: Path, recorded_participants: list[Participant]
-) -> None:
+async def test_a_model_that_reads_no_prompt_remembers_nothing(tmp_path: Path) -> None:
     # The dummy model ignores prompts: no conversation is ever built, so a million dummy
     # participants neither store answers nor read the announcements.
-    await run_into(tmp_path, make_config(agents=50, game={"feedback": True}))
-    assert len(recorded_participants) == 50
-    assert all(not list(p.memory) for p in recorded_participants)
+    path = await run_into(tmp_path, make_config(agents=50, game={"feedback": True}))
+    assert memories(path) == [[]] * 50
 
 
-async def test_no_feedback_no_results_in_memory(
-    tmp_path: Path, recorded_participants: list[Participant],
-    scripted: Callable[..., list[ScriptedModel]],
-) -> None:
+async def test_no_feedback_no_results_in_memory(tmp_path: Path, scripted: Scripted) -> None:
     config = make_config(agents=20, game={"feedback": False})
-    models = scripted(config, lambda agent, round_no: str(agent + round_no))
-    await run_into(tmp_path, config)
-    assert len(recorded_participants) == 20
-    for p in recorded_participants:  # only the agent's own answers
-        assert [(m.sender, m.content) for m in p.memory] == [
-            (p.id, str(p.id + r)) for r in (1, 2, 3)]
-    prompts = merged_prompts(models)
+    config, model = scripted(config, lambda agent, round_no: str(agent + round_no))
+    path = await run_into(tmp_path, config)
+    remembered = memories(path)
+    assert len(remembered) == 20
+    for agent, memory in enumerate(remembered):  # only the agent's own answers
+        assert [(sender, content) for sender, content, _, _ in memory] == [
+            (agent, str(agent + r)) for r in (1, 2, 3)]
+    prompts = model.prompts
     assert prompts[0, 1] == prompts[0, 2] == prompts[0, 3]
-    assert merged_conversations(models)[4, 3] == [
+    assert model.conversations[4, 3] == [
         {"role": "assistant", "content": "5"}, {"role": "assistant", "content": "6"},
         {"role": "user", "content": prompts[0, 3]}]
 
 
 @pytest.mark.parametrize("memory_rounds", [0, 1, 2])
 async def test_memory_rounds_bound_the_conversation(
-    tmp_path: Path, memory_rounds: int, scripted: Callable[..., list[ScriptedModel]],
+    tmp_path: Path, memory_rounds: int, scripted: Scripted,
 ) -> None:
     config = make_config(agents=6, rounds=4, game={"memory_rounds": memory_rounds})
-    models = scripted(config, lambda agent, round_no: str(agent * 10 + round_no))
+    config, model = scripted(config, lambda agent, round_no: str(agent * 10 + round_no))
     path = await run_into(tmp_path, config)
     rounds = read_summary(path)["steps"]
-    conversations = merged_conversations(models)
+    conversations = model.conversations
     prompt = conversations[0, 1][-1]["content"]
     for agent in range(6):
         for r in (1, 2, 3, 4):
@@ -417,13 +397,13 @@ async def test_memory_rounds_bound_the_conversation(
 
 
 async def test_long_memory_is_not_cut_by_the_agent_memory_bound(
-    tmp_path: Path, scripted: Callable[..., list[ScriptedModel]],
+    tmp_path: Path, scripted: Scripted,
 ) -> None:
     # 20 rounds remembered: 40 messages, more than an agent's default memory holds (32).
     config = make_config(agents=2, rounds=22, workers=1, game={"memory_rounds": 20})
-    models = scripted(config, lambda agent, round_no: str(round_no))
+    config, model = scripted(config, lambda agent, round_no: str(round_no))
     await run_into(tmp_path, config)
-    last = merged_conversations(models)[1, 22]
+    last = model.conversations[1, 22]
     assert len(last) == 2 * 20 + 1
     assert [m["content"] for m in last[:-1:2]] == [str(r) for r in range(2, 22)]
 

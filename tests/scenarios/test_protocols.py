@@ -9,10 +9,10 @@ predicted here.
 
 from __future__ import annotations
 
-import functools
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +23,7 @@ import pytest
 from aiohttp import web
 
 from populace.core import derive_seed, mix64, seed_for
-from populace.llm import OpenAIModel, ServerOptions, running_server
-from populace.llm import _config as llm_config
-from populace.llm import _server as server_module
+from populace.llm import ServerOptions, create_app, running_server
 from populace.results import RunDirectory, read_summary, read_table
 from populace.scenarios.guess_number import RunConfig, play
 from populace.scenarios.guess_number._prompts import RESPONSE_SCHEMA as JSON_SCHEMA
@@ -86,29 +84,41 @@ def result_message(entry: dict[str, Any]) -> str:
             f"winning number was {entry['winner_number']:g}.")
 
 
+class Recorder:
+    """Serves the fake server (the public ``create_app``) and keeps the JSON body of every
+    chat completion it receives, in ``seen``."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+
+    async def _record(self, request: web.Request, response: web.StreamResponse) -> None:
+        if request.method == "POST" and request.path == "/v1/chat/completions":
+            self.seen.append(json.loads(await request.read()))  # cached by the handler
+
+    @asynccontextmanager
+    async def serve(self, options: ServerOptions) -> AsyncIterator[str]:
+        app = create_app(options)
+        app.on_response_prepare.append(self._record)
+        runner = web.AppRunner(app, access_log=None, handler_cancellation=True,
+                               shutdown_timeout=1.0)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            host, port = runner.addresses[0][:2]
+            yield f"http://{host}:{port}/v1"
+        finally:
+            await runner.cleanup()
+
+
 @pytest.fixture
-def requests_seen(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """The JSON bodies of the chat completions every ``running_server`` of the test received."""
-    seen: list[dict[str, Any]] = []
-    original = server_module.create_app
-
-    def create_app(options: ServerOptions | None = None) -> web.Application:
-        app = original(options)
-
-        async def record(request: web.Request, response: web.StreamResponse) -> None:
-            if request.method == "POST" and request.path == "/v1/chat/completions":
-                seen.append(json.loads(await request.read()))  # cached by the handler
-
-        app.on_response_prepare.append(record)
-        return app
-
-    monkeypatch.setattr(server_module, "create_app", create_app)
-    return seen
+def recorder() -> Recorder:
+    return Recorder()
 
 
 # -- protocols ----------------------------------------------------------------------------------
-async def test_two_call_protocol(tmp_path: Path, requests_seen: list[dict[str, Any]]) -> None:
-    async with running_server(ServerOptions(policy="reasoning")) as url:
+async def test_two_call_protocol(tmp_path: Path, recorder: Recorder) -> None:
+    async with recorder.serve(ServerOptions(policy="reasoning")) as url:
         config = make_config({"llm": llm([url])}, agents=40,
                              game={"temperature": 0.7, "max_tokens": 200})
         assert config.protocol_for("llm") == "two_call"  # auto, for a served model
@@ -141,7 +151,7 @@ async def test_two_call_protocol(tmp_path: Path, requests_seen: list[dict[str, A
     # What was sent: the answer call with the game's settings, then the extraction call.
     by_key: dict[tuple[int, int], list[dict[str, Any]]] = {}
     who = who_asks(config)
-    for body in requests_seen:
+    for body in recorder.seen:
         by_key.setdefault(who[body["seed"]], []).append(body)
     assert sorted(by_key) == sorted((a, r) for a in range(40) for r in (1, 2))
     rows = rows_by_agent_round(table)
@@ -155,8 +165,8 @@ async def test_two_call_protocol(tmp_path: Path, requests_seen: list[dict[str, A
         assert (extraction["temperature"], extraction["max_tokens"]) == (0.0, 24)
 
 
-async def test_structured_protocol(tmp_path: Path, requests_seen: list[dict[str, Any]]) -> None:
-    async with running_server(ServerOptions(policy="reasoning")) as url:
+async def test_structured_protocol(tmp_path: Path, recorder: Recorder) -> None:
+    async with recorder.serve(ServerOptions(policy="reasoning")) as url:
         # Answers above 50 are out of the game's range: parsed, then found invalid.
         config = make_config({"llm": llm([url])}, agents=30,
                              game={"protocol": "structured", "high": 50})
@@ -177,8 +187,8 @@ async def test_structured_protocol(tmp_path: Path, requests_seen: list[dict[str,
         assert (row["number"], row["valid"]) == ((n, True) if n <= 50 else (None, False))
     assert 0 < pc.sum(table.column("valid")).as_py() < 60
 
-    assert len(requests_seen) == 60
-    for body in requests_seen:
+    assert len(recorder.seen) == 60
+    for body in recorder.seen:
         assert body["response_format"] == JSON_SCHEMA
         prompt = body["messages"][-1]["content"]
         assert prompt.startswith("You are one of 30 players")
@@ -186,17 +196,14 @@ async def test_structured_protocol(tmp_path: Path, requests_seen: list[dict[str,
                                '(a string) and "number" (your number).')
 
 
-async def test_retries_under_injected_errors(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A short backoff keeps the test fast (OpenAIConfig does not expose it); eject_after is
-    # out of reach so that both URLs stay in use, and 10 retries make a failed call
-    # practically impossible (0.12 ** 11 per call).
-    monkeypatch.setattr(llm_config, "OpenAIModel",
-                        functools.partial(OpenAIModel, backoff=0.002, max_backoff=0.01))
+async def test_retries_under_injected_errors(tmp_path: Path) -> None:
+    # A short max_backoff keeps the test fast; eject_after is out of reach so that both URLs
+    # stay in use, and 10 retries make a failed call practically impossible (0.12 ** 11 per
+    # call).
     chaos = ServerOptions(rate_500=0.1, rate_malformed=0.02)
     async with running_server(chaos) as url_a, running_server(chaos) as url_b:
-        config = make_config({"llm": llm([url_a, url_b], max_retries=10, eject_after=1000)},
+        config = make_config({"llm": llm([url_a, url_b], max_retries=10, eject_after=1000,
+                                             max_backoff=0.01)},
                              agents=300)
         path = await run_into(tmp_path, config)
         stats = [await server_stats(url_a), await server_stats(url_b)]
@@ -227,8 +234,8 @@ async def test_retries_under_injected_errors(
 
 
 # -- mixed models -------------------------------------------------------------------------------
-async def test_mixed_models(tmp_path: Path, requests_seen: list[dict[str, Any]]) -> None:
-    async with running_server(ServerOptions(models=["served"], policy="reasoning")) as url:
+async def test_mixed_models(tmp_path: Path, recorder: Recorder) -> None:
+    async with recorder.serve(ServerOptions(models=["served"], policy="reasoning")) as url:
         config = make_config(
             {"dummy": {"provider": "dummy", "latency": 0}, "llm": llm([url], model="served")},
             agents=300, assign={"llm": "1/3", "dummy": "2/3"})
@@ -259,7 +266,7 @@ async def test_mixed_models(tmp_path: Path, requests_seen: list[dict[str, Any]])
             assert row["extract_raw"] is None
     assert stats["models"] == {"served": 2 * 100 * 2}
     who = who_asks(config)
-    assert {who[body["seed"]][0] for body in requests_seen} == llm_agents
+    assert {who[body["seed"]][0] for body in recorder.seen} == llm_agents
 
     summary = read_summary(path)
     assert summary["models"] == ["dummy", "llm"]
@@ -325,9 +332,9 @@ async def test_levels_and_famous_note_shape_the_prompt(tmp_path: Path) -> None:
 
 
 async def test_round_two_remembers_round_one(
-    tmp_path: Path, requests_seen: list[dict[str, Any]]
+    tmp_path: Path, recorder: Recorder
 ) -> None:
-    async with running_server(ServerOptions(policy="reasoning")) as url:
+    async with recorder.serve(ServerOptions(policy="reasoning")) as url:
         config = make_config({"llm": llm([url])}, agents=4, game={"protocol": "two_call"})
         path = await run_into(tmp_path, config)
     rows = rows_by_agent_round(read_table(path))
@@ -335,8 +342,8 @@ async def test_round_two_remembers_round_one(
     prompt = {"role": "user", "content": P1_PROMPT.format(n=4)}
 
     who = who_asks(config)
-    answers = [b for b in requests_seen if not b["messages"][-1]["content"].startswith("Below")]
-    assert len(answers) == len(requests_seen) // 2 == 8
+    answers = [b for b in recorder.seen if not b["messages"][-1]["content"].startswith("Below")]
+    assert len(answers) == len(recorder.seen) // 2 == 8
     for body in answers:
         agent, r = who[body["seed"]]
         if r == 1:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from game_helpers import ScriptedModel, make_config, merged_conversations, run_into
+from game_helpers import Scripted, make_config, run_into
 from populace.environment import Env, EnvService, UnknownKeyError
 from populace.results import RunDirectory, RunMonitor, latest_checkpoint, read_summary
 from populace.scenarios.guess_number import play
@@ -54,16 +53,16 @@ async def test_groups_see_only_their_own_report() -> None:
 
 
 async def test_group_play_reports_reach_only_their_members(
-    tmp_path: Path, scripted: Callable[..., list[ScriptedModel]],
+    tmp_path: Path, scripted: Scripted,
 ) -> None:
     config = make_config(agents=30, rounds=2, game={"groups": 3, "group_play": True})
     # group g = id % 3 answers 10·(g+1) plus a little per agent: distinct group means.
-    models = scripted(config, lambda agent, round_no: str(10 * (agent % 3 + 1) + agent // 3))
+    config, model = scripted(config, lambda agent, round_no: str(10 * (agent % 3 + 1) + agent // 3))
     path = await run_into(tmp_path, config)
     groups = read_summary(path)["steps"][0]["groups"]
     reports = {g["group"]: g["report"] for g in groups}
     assert len(set(reports.values())) == 3
-    conversations = merged_conversations(models)
+    conversations = model.conversations
     for agent in range(30):
         heard = [m["content"] for m in conversations[agent, 2] if "Round 1 is over" in
                  m["content"]]

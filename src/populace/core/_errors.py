@@ -4,7 +4,10 @@ Every error Populace raises on its own account derives from :class:`PopulaceErro
 
     PopulaceError
     ├── ConfigError        a config file or argument is invalid (the CLI exits 2)
-    ├── ModelError         an LLM call failed after its last retry
+    ├── ModelError         an LLM call failed after its last retry (``cause``: its kind)
+    │   ├── ModelTimeout, ModelUnreachable, ModelHTTPError (``status``),
+    │   │   ModelBadResponse
+    │   └── RecordingMiss  a replayed call is not in the recording
     ├── WorkerLost         a worker process died (or stopped reporting), taking its agents
     │                      with it
     ├── CallTimeout        an agent call did not finish within its deadline
@@ -22,6 +25,8 @@ original type where the placeholder is consumed, with a note naming the agent.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class PopulaceError(Exception):
     """Root of every error Populace raises on its own account."""
@@ -32,7 +37,42 @@ class ConfigError(PopulaceError):
 
 
 class ModelError(PopulaceError):
-    """An LLM call failed after its last retry."""
+    """An LLM call failed after its last retry. ``cause`` names what went wrong in a few
+    countable words (``"timed out"``, ``"HTTP 503"``, ``"malformed JSON"``…), so progress
+    displays and summaries count failures by kind without reading the message; None when
+    no kind applies. The subclasses say which family of failure it was."""
+
+    def __init__(self, message: str = "", *, cause: str | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+    def __reduce__(self) -> tuple[Any, ...]:  # the cause travels with the error (Ray)
+        return (type(self), (str(self),), {"cause": self.cause})
+
+
+class ModelTimeout(ModelError):
+    """The model did not answer in time."""
+
+
+class ModelUnreachable(ModelError):
+    """No connection to the server, or it went away mid-answer."""
+
+
+class ModelHTTPError(ModelError):
+    """The server answered with an error status (``status``)."""
+
+    @property
+    def status(self) -> int | None:
+        found = (self.cause or "").removeprefix("HTTP ")
+        return int(found) if found.isdigit() else None
+
+
+class ModelBadResponse(ModelError):
+    """The server answered 200 with something that is not an answer."""
+
+
+class RecordingMiss(ModelError):
+    """A replayed call is not in the recording (or its recorded answer is unreadable)."""
 
 
 class WorkerLost(PopulaceError):

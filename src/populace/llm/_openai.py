@@ -25,7 +25,13 @@ from typing import Any
 
 import aiohttp
 
-from populace.core import ModelError
+from populace.core import (
+    ModelBadResponse,
+    ModelError,
+    ModelHTTPError,
+    ModelTimeout,
+    ModelUnreachable,
+)
 
 from ._base import ChatMessage, Completion, ModelStats
 from ._pool import EndpointPool, EndpointStats, Lease
@@ -38,12 +44,17 @@ _RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
 
 class _Failure(Exception):
-    """One attempt failed; the retry loop decides what happens next."""
+    """One attempt failed; the retry loop decides what happens next. ``error`` is the
+    :class:`ModelError` subclass the call fails with if this was its last attempt, ``kind``
+    its countable cause."""
 
     def __init__(self, cause: str, *, retryable: bool = True, strike: bool = True,
-                 delay: float | None = None) -> None:
+                 delay: float | None = None, error: type[ModelError] = ModelBadResponse,
+                 kind: str | None = None) -> None:
         super().__init__(cause)
         self.cause = cause
+        self.error = error
+        self.kind = kind
         self.retryable = retryable
         self.strike = strike  # counts against the endpoint's health
         self.delay = delay  # server-requested wait (Retry-After)
@@ -101,15 +112,17 @@ def _content_text(message: Any) -> str:
     try:
         content = message["content"]
     except (KeyError, TypeError) as exc:
-        raise _Failure("response without choices[0].message.content") from exc
+        raise _Failure("response without choices[0].message.content",
+                       kind="without choices") from exc
     if isinstance(content, bool) or not isinstance(content, str | int | float | list | None):
         raise _Failure("response without choices[0].message.content as text "
-                       f"(got {type(content).__name__})")
+                       f"(got {type(content).__name__})", kind="without choices")
     if isinstance(content, int | float):  # a bare JSON number ("content": 42) is its text
         return str(content)
     text = text_of(content)  # multi-part content keeps its text parts
     if not text.strip():
-        raise _Failure("empty content" + (" (null)" if content is None else ""))
+        raise _Failure("empty content" + (" (null)" if content is None else ""),
+                       kind="empty content")
     return text
 
 
@@ -308,9 +321,9 @@ class OpenAIModel:
                 if not failure.retryable or out_of_time:
                     self._failures += 1
                     tries = f"{attempt + 1} attempt{'s' if attempt else ''}"
-                    raise ModelError(
+                    raise failure.error(
                         f"model {self.name!r}: {failure.cause} from {lease.url} "
-                        f"(after {tries})"
+                        f"(after {tries})", cause=failure.kind,
                     ) from failure.__cause__
                 attempt += 1
                 self._retries += 1
@@ -360,28 +373,38 @@ class OpenAIModel:
                 raw = await resp.read()
                 delay = _retry_after(resp.headers) if status in (429, 503) else None
         except TimeoutError as exc:  # aiohttp's own timeouts derive from it too
-            raise _Failure(f"timed out after {self.timeout} s") from exc
+            raise _Failure(f"timed out after {self.timeout} s", error=ModelTimeout,
+                           kind="timed out") from exc
         except aiohttp.ClientConnectorError as exc:
-            raise _Failure(f"cannot connect ({exc.os_error.strerror or exc})") from exc
+            raise _Failure(f"cannot connect ({exc.os_error.strerror or exc})",
+                           error=ModelUnreachable, kind="cannot connect") from exc
         except aiohttp.ServerDisconnectedError as exc:
-            raise _Failure("server disconnected") from exc
+            raise _Failure("server disconnected", error=ModelUnreachable,
+                           kind="server disconnected") from exc
         except aiohttp.ClientPayloadError as exc:
-            raise _Failure(f"truncated response ({exc})") from exc
+            raise _Failure(f"truncated response ({exc})", kind="truncated response") from exc
         except (aiohttp.ClientError, OSError) as exc:
-            raise _Failure(f"connection error ({type(exc).__name__}: {exc})") from exc
+            raise _Failure(f"connection error ({type(exc).__name__}: {exc})",
+                           error=ModelUnreachable, kind="connection error") from exc
         if status != 200:
             detail = _error_detail(raw)
+            kind = f"HTTP {status}"
             if status == 429:
-                raise _Failure(f"HTTP 429 rate limited: {detail}", strike=False, delay=delay)
+                raise _Failure(f"HTTP 429 rate limited: {detail}", strike=False, delay=delay,
+                               error=ModelHTTPError, kind=kind)
             if status in _RETRY_STATUSES or status >= 500:
-                raise _Failure(f"HTTP {status}: {detail}", delay=delay)
-            raise _Failure(f"HTTP {status}: {detail}", retryable=False, strike=False)
+                raise _Failure(f"HTTP {status}: {detail}", delay=delay, error=ModelHTTPError,
+                               kind=kind)
+            raise _Failure(f"HTTP {status}: {detail}", retryable=False, strike=False,
+                           error=ModelHTTPError, kind=kind)
         try:
             data = json.loads(raw)
         except ValueError as exc:
-            raise _Failure(f"malformed JSON body ({len(raw)} bytes)") from exc
+            raise _Failure(f"malformed JSON body ({len(raw)} bytes)",
+                           kind="malformed JSON") from exc
         try:
             message = data["choices"][0]["message"]
         except (KeyError, IndexError, TypeError) as exc:
-            raise _Failure("response without choices[0].message.content") from exc
+            raise _Failure("response without choices[0].message.content",
+                           kind="without choices") from exc
         return _content_text(message), data.get("usage")

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from populace.core import ConfigError, ModelError
+from populace.core import ConfigError, ModelError, RecordingMiss
 
 from ._base import ChatMessage, Completion, ModelClient, ModelStats
 
@@ -447,7 +447,7 @@ class ReplayModel:
         found = self._answers.get(digest)
         if found is None:
             self._misses += 1
-            raise ModelError(
+            raise RecordingMiss(
                 f"model {self.name!r}: request {digest.hex()[:12]} is not in the recording "
                 f"({len(self._answers)} answers from {len(self.files)} file"
                 f"{'s' if len(self.files) != 1 else ''}); was the run made with other "
@@ -461,7 +461,7 @@ class ReplayModel:
                 raise ValueError("text is not a string")
         except (ValueError, KeyError) as exc:
             self._misses += 1
-            raise ModelError(f"model {self.name!r}: the recorded answer to request "
+            raise RecordingMiss(f"model {self.name!r}: the recorded answer to request "
                              f"{digest.hex()[:12]} is unreadable ({exc})") from None
         pt = pt if type(pt) is int and pt >= 0 else 0
         ct = ct if type(ct) is int and ct >= 0 else 0

@@ -49,7 +49,8 @@ doctorate."), so the persona rule above finds it again in the game.
 Noise draws come from the request ``seed`` (a hash of the messages when there is none).
 
 Survey questions, their re-asks and coding requests are answered by the survey rule of
-:mod:`populace.llm._survey_rule` instead.
+:mod:`populace.llm._survey_rule` instead, and social-network feed prompts by the social rule
+of :mod:`populace.llm._social_rule`.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ from populace.core import derive_seed, mix64, unit_float
 from ._base import ChatMessage, Completion, ModelStats
 from ._latency import SimulatedLatency
 from ._replies import extraction, is_structured, json_answer, text_of, words
+from ._social_rule import social_reply
 
 #: Persona steps, in the order they are looked for (first match wins within a table).
 EDUCATION_STEPS: tuple[tuple[str, float], ...] = (
@@ -283,6 +285,9 @@ def scripted_reply(messages: Sequence[Mapping[str, Any]], *, seed: int | None = 
         seed = zlib.crc32("\x1e".join(text_of(m.get("content")) for m in messages).encode())
     from ._survey_rule import survey_reply  # here: the survey rule reads this module's tables
 
+    social = social_reply(messages, seed=seed)  # a social feed: populace.llm._social_rule
+    if social is not None:
+        return social
     survey = survey_reply(messages, seed=seed, response_format=response_format, params=params)
     if survey is not None:
         return survey

@@ -23,7 +23,6 @@ import collections
 import dataclasses
 import math
 import os
-import re
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -34,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from populace._procmem import rss_bytes
-from populace.core import PlaceholderSet, Simulation, SimulationStats
+from populace.core import ModelError, PlaceholderSet, Simulation, SimulationStats
 from populace.llm import model_stats
 
 #: Turns a batch of arrived replies into (numbers, NaN where invalid; latencies in seconds).
@@ -55,9 +54,6 @@ AUTO_BINS = 50           # bins of the live histogram when the scenario gives no
 
 # Latency histogram: 50 bins per decade from 1 ms to 10,000 s (about 5 % resolution).
 _LAT_EDGES = np.geomspace(1e-3, 1e4, 7 * 50 + 1)
-_ERROR_CAUSES = ("timed out", "cannot connect", "server disconnected", "malformed JSON",
-                 "truncated response", "empty content", "connection error", "without choices")
-_HTTP = re.compile(r"HTTP (\d{3})")
 _STEP_KEYS = ("step", "round")  # an entry's step number ("round": the game's, older runs)
 
 
@@ -231,16 +227,11 @@ def _plain(value: Any) -> Any:
 
 # -- small helpers --------------------------------------------------------------------------
 def error_kind(error: BaseException) -> str:
-    """A short, countable name for an error: its type, and the HTTP status or cause if any."""
-    name = type(error).__name__
-    text = str(error)
-    m = _HTTP.search(text)
-    if m:
-        return f"{name}: HTTP {m.group(1)}"
-    for cause in _ERROR_CAUSES:
-        if cause in text:
-            return f"{name}: {cause}"
-    return name
+    """A short, countable name for an error: ``ModelError: <cause>`` for a failed LLM call
+    of a known kind (``ModelError.cause``: ``HTTP 503``, ``timed out``…), else its type."""
+    if isinstance(error, ModelError) and error.cause:
+        return f"ModelError: {error.cause}"
+    return type(error).__name__
 
 
 def bin_edges(low: float, high: float, bins: int | None = None) -> np.ndarray:

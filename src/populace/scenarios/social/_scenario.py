@@ -166,12 +166,14 @@ class Social(Scenario):
             if model not in models:
                 raise fail("model", f"{model!r} is not under models: (have: "
                            f"{', '.join(models)})")
-        edges = None
+        edges, graph = None, None
         if settings.graph.edges is not None:
             edges = Path(source).parent / settings.graph.edges  # as written, for messages
             if not edges.is_file():
                 raise fail("graph.edges", f"no such file {edges}")
-        return {"model": model, "edges": edges}
+            # read now: a bad row is refused before a run directory exists
+            graph = load_edge_list(edges, data.get("agents", cls.defaults["agents"]))
+        return {"model": model, "edges": edges, "graph": graph}
 
     @classmethod
     def resolved(cls, run_file: RunFile) -> dict[str, Any]:
@@ -196,8 +198,8 @@ class Social(Scenario):
             codes = people.column(s.graph.by).combine_chunks().dictionary_encode()
             self.groups = codes.indices.to_numpy().astype(np.int16)
             self.group_values = [str(v) for v in codes.dictionary.to_pylist()]
-        if run.config["edges"] is not None:
-            graph = load_edge_list(run.config["edges"], n)
+        if run.config["graph"] is not None:
+            graph = run.config["graph"]
         else:
             graph = Graph.generate(n, s.graph.mean_degree, run.rng("graph"),
                                    groups=self.groups, homophily=s.graph.homophily,
@@ -311,10 +313,9 @@ class Social(Scenario):
         recent = np.flatnonzero(self.step_of[:self.count] >= t - s.feed.window)
         roots = self.root[recent]
         mine = (self.follower >= lo) & (self.follower < hi)
-        reposted = np.flatnonzero((self.kind[:self.count] == SHARED)
-                                  & (self.author[:self.count] >= lo)
-                                  & (self.author[:self.count] < hi))
-        shared = np.unique((self.author[reposted] << 32) | self.root[reposted])
+        # every root its agents already posted or reposted, whenever: never shared again
+        made = np.flatnonzero((self.author[:self.count] >= lo) & (self.author[:self.count] < hi))
+        shared = np.unique((self.author[made] << 32) | self.root[made])
         texts = {int(r): self.texts.get(int(r), f"A post by @{self.author[r]}.")
                  for r in np.unique(roots)} if s.policy == "model" else {}
         return StepData(
