@@ -41,9 +41,9 @@ API: dict[str, set[str]] = {
         "diversity_report", "generate_backgrounds", "largest_remainder",
         "load_population_config", "sample_population"},
     "populace.launch": {
-        "AllAnswersFailed", "COMMON_OPTIONS", "ConsoleObserver", "ENTRY_POINTS",
-        "MAX_RECOVERIES", "Measure", "Observer", "Rows", "Run", "RunFile", "RunOptions",
-        "STATUSES", "Scenario",
+        "AllAnswersFailed", "COMMON_OPTIONS", "ConsoleObserver", "ENTRY_POINTS", "Estimate",
+        "MAX_RECOVERIES", "Measure", "ModelEstimate", "Observer", "PILOT_AGENTS", "estimate",
+        "Rows", "Run", "RunFile", "RunOptions", "STATUSES", "Scenario",
         "ScenarioFailed", "ScenarioSettings", "StepAbandoned", "Terminated", "as_numbers",
         "launch", "load_run_file", "parse_run_file", "resolve_scenario",
         "run_until_signalled", "scenario_of", "where"},

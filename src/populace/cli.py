@@ -184,6 +184,45 @@ def run(
             studio_port=studio_port if studio else None)
 
 
+@app.command()
+def estimate(
+    config: Annotated[Path, typer.Argument(help="run file (YAML)")],
+    agents: Annotated[int | None, typer.Option(help="override agents:")] = None,
+    rounds: Annotated[int | None, typer.Option(
+        "--rounds", "--steps", help="override rounds: (the steps of any scenario)")] = None,
+    workers: Annotated[int | None, typer.Option(help="override workers:")] = None,
+    seed: Annotated[int | None, typer.Option(help="override seed:")] = None,
+    pilot: Annotated[int, typer.Option(min=1, help="agents in the pilot run")] = 50,
+    json_out: Annotated[bool, _flag("json", "print the estimate as JSON")] = False,
+) -> None:
+    """Predict a run's LLM calls, tokens, cost and wall time from a small pilot run."""
+    from populace.launch import estimate as run_estimate
+
+    overrides = {"agents": agents, "steps": rounds, "seed": seed, "workers": workers}
+    result = asyncio.run(run_estimate(read_yaml(config), config, overrides, pilot=pilot))
+    if json_out:
+        out.print_json(json.dumps(result.as_dict()))
+        return
+    table = Table(title=f"{escape(str(config))}: {result.agents:,} agents × {result.steps} "
+                        f"steps, from a pilot of {result.pilot_agents} × "
+                        f"{result.pilot_steps} ({result.pilot_wall_s:.1f} s)")
+    for column in ("model", "calls", "prompt tokens", "completion tokens", "cost",
+                   "latency s", "in flight", "wall s"):
+        table.add_column(column, justify="left" if column == "model" else "right")
+    for m in result.all_models:
+        table.add_row(escape(m.model), f"{m.calls:,}", f"{m.prompt_tokens:,}",
+                      f"{m.completion_tokens:,}", "-" if m.cost is None else f"{m.cost:,.2f}",
+                      "-" if m.latency_s is None else f"{m.latency_s:.3f}",
+                      "unbounded" if m.concurrency is None else f"{m.concurrency:,}",
+                      "-" if m.wall_s is None else f"{m.wall_s:,.1f}")
+    out.print(table)
+    wall = result.wall_s
+    out.print(f"predicted: {result.calls:,} calls"
+              f"{'' if result.cost is None else f', cost {result.cost:,.2f}'}"
+              f"{'' if wall is None else f', about {wall / 60:,.1f} min of model time'}"
+              " (the platform's own time per agent is not included)", soft_wrap=True)
+
+
 def _start_studio(run_dir: RunDirectory, port: int) -> tuple[Any, Any]:
     """A monitor for this run and a studio showing it (on 127.0.0.1, in a thread)."""
     from populace.studio import Runs, StudioServer

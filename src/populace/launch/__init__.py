@@ -8,6 +8,7 @@ recovery from a lost worker, LLM recording and ``--replay``, the studio's live v
 """
 
 from ._console import ConsoleObserver
+from ._estimate import PILOT_AGENTS, Estimate, ModelEstimate, estimate
 from ._launcher import (
     MAX_RECOVERIES,
     STATUSES,
@@ -34,10 +35,13 @@ __all__ = [
     "COMMON_OPTIONS",
     "ENTRY_POINTS",
     "MAX_RECOVERIES",
+    "PILOT_AGENTS",
     "STATUSES",
     "AllAnswersFailed",
     "ConsoleObserver",
+    "Estimate",
     "Measure",
+    "ModelEstimate",
     "Observer",
     "Rows",
     "Run",
@@ -49,6 +53,7 @@ __all__ = [
     "StepAbandoned",
     "Terminated",
     "as_numbers",
+    "estimate",
     "launch",
     "load_run_file",
     "parse_run_file",

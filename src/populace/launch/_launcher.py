@@ -221,7 +221,7 @@ def _resume_point(run_dir: RunDirectory, summary: dict[str, Any]) -> tuple[int, 
 
 
 async def _population(run_file: RunFile, run_dir: RunDirectory | None,
-                      replay: Path | None) -> pa.Table | None:
+                      replay: Path | None, summary: dict[str, Any]) -> pa.Table | None:
     """The run's population table (``agent_id`` first), backgrounds written if configured."""
     o = run_file.options
     table = run_file.sample_population()
@@ -249,8 +249,15 @@ async def _population(run_file: RunFile, run_dir: RunDirectory | None,
     try:
         result = await generate_backgrounds(table, client, o.population, cache / "backgrounds",
                                             out, seed=o.seed)
+        stats = client.statistics()
     finally:
         await client.aclose()
+    # what writing them cost (the steps' own calls are in each step's "llm")
+    summary["backgrounds"] = {
+        "model": name, "agents": result.total, "cached": result.cached,
+        "generated": result.generated, "failed": result.failed, "sent": result.requests,
+        "prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.completion_tokens,
+        "wall_s": round(result.elapsed_s, 4)}
     by_id = dict(zip(result.table.column("agent_id").to_pylist(),
                      result.table.column("background").to_pylist(), strict=True))
     return table.append_column("background", pa.array(
@@ -380,7 +387,7 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
     stopped = False
     failure: BaseException | None = None
     try:
-        population = await _population(run_file, run_dir, replay)
+        population = await _population(run_file, run_dir, replay, summary)
         if run_dir is not None:
             run_dir.write_config(run_file.resolved())
             if population is not None:

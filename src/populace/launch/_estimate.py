@@ -1,0 +1,183 @@
+"""What a run will cost before it starts: a pilot run, extrapolated (``populace estimate``).
+
+The pilot plays the run file with a few agents (50) and one step (every step when the
+scenario decides the steps), against the configured models, in a temporary directory. Each
+step's summary entry counts the calls its models made (``llm``: requests, retries, tokens);
+the pilot's counts per agent and step, times the full run's agents and steps, are the
+predicted calls and tokens, and ``price_per_million`` makes them a cost.
+
+Wall time is predicted for runs whose time goes to the models: a step lasts as long as an
+agent's calls in sequence (``calls`` per agent per step) take, once per wave of agents that
+the clients let in flight at once (``max_concurrency`` × endpoints × workers; unbounded for
+the dummy and scripted models), at the pilot's mean latency per call. The platform's own
+time per agent (seconds per million agents for the dummy model; see docs/benchmarks.md) is
+not included.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from populace.core import ConfigError
+from populace.llm import OpenAIConfig
+from populace.results import RunDirectory
+
+from ._launcher import launch
+from ._runfile import RunFile, parse_run_file
+
+#: The pilot's size when none is given.
+PILOT_AGENTS = 50
+
+
+@dataclass(frozen=True)
+class ModelEstimate:
+    """One model's share of the full run."""
+
+    model: str
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost: float | None  # with price_per_million
+    latency_s: float | None  # the pilot's mean per call
+    concurrency: int | None  # calls in flight at once (None: not bounded)
+    wall_s: float | None  # the time these calls take in the full run
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The pilot and what it predicts for the full run."""
+
+    agents: int
+    steps: int
+    pilot_agents: int
+    pilot_steps: int
+    pilot_wall_s: float
+    models: tuple[ModelEstimate, ...]
+
+    @property
+    def calls(self) -> int:
+        return sum(m.calls for m in self.all_models)
+
+    @property
+    def cost(self) -> float | None:
+        costs = [m.cost for m in self.all_models if m.cost is not None]
+        return round(sum(costs), 6) if costs else None
+
+    #: Writing the population's backgrounds, before the first step (None: none to write).
+    backgrounds: ModelEstimate | None = None
+
+    @property
+    def wall_s(self) -> float | None:
+        """The models' time: the backgrounds, then the steps, whose models are called in
+        the same steps (the slowest one sets the pace)."""
+        walls = [m.wall_s for m in self.models if m.wall_s is not None]
+        first = self.backgrounds.wall_s if self.backgrounds is not None else None
+        if not walls and first is None:
+            return None
+        return round((max(walls) if walls else 0.0) + (first or 0.0), 3)
+
+    @property
+    def all_models(self) -> tuple[ModelEstimate, ...]:
+        return self.models + ((self.backgrounds,) if self.backgrounds is not None else ())
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.update(calls=self.calls, cost=self.cost, wall_s=self.wall_s)
+        return data
+
+
+def _latencies(run_dir: Path) -> dict[str, list[float]]:
+    """Each model's call latencies in the pilot's recording."""
+    out: dict[str, list[float]] = {}
+    for path in sorted((run_dir / "llm_calls").glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                call = json.loads(line)
+            except ValueError:
+                continue
+            if "text" in call and isinstance(call.get("latency_s"), int | float):
+                out.setdefault(str(call.get("model")), []).append(float(call["latency_s"]))
+    return out
+
+
+def _concurrency(config: Any, workers: int) -> int | None:
+    if isinstance(config, OpenAIConfig):
+        return config.max_concurrency * len(config.base_urls) * workers
+    return None
+
+
+async def estimate(data: dict[str, Any], source: Path, overrides: dict[str, Any] | None = None,
+                   *, pilot: int = PILOT_AGENTS) -> Estimate:
+    """Estimate the run of run file ``data`` (read from ``source``) with ``overrides``,
+    from a pilot of ``pilot`` agents."""
+    full = parse_run_file(dict(data), source, overrides)
+    o = full.options
+    if pilot < 1:
+        raise ConfigError(f"--pilot {pilot}: a pilot needs at least 1 agent")
+    if not any(isinstance(c, OpenAIConfig) for c in o.models.values()):
+        raise ConfigError(f"{source}: models: no model behind a server to estimate (only "
+                          f"{', '.join(sorted({c.provider for c in o.models.values()}))}); "
+                          "the dummy and scripted models cost nothing")
+    pilot_agents = min(pilot, o.agents)
+    small: dict[str, Any] = {**(overrides or {}), "agents": pilot_agents}
+    if "steps" in full.scenario.options:
+        small["steps"] = 1
+    pilot_file: RunFile = parse_run_file(dict(data), source, small)
+    with tempfile.TemporaryDirectory(prefix="populace-estimate-") as tmp:
+        run_dir = RunDirectory.create(Path(tmp) / "pilot")
+        summary = await launch(pilot_file, run_dir, max_recoveries=0)
+        latencies = _latencies(run_dir.path)
+    if summary.get("status") != "completed":
+        raise ConfigError(f"{source}: the pilot run ended {summary.get('status')}: "
+                          f"{summary.get('error') or 'see its messages'}")
+    entries = summary["steps"]
+    pilot_steps = len(entries)
+    scale = o.agents * o.steps / (pilot_agents * pilot_steps)
+    models = []
+    for name, config in o.models.items():
+        counted = [e.get("llm", {}).get(name, {}) for e in entries]
+        requests = sum(c.get("requests", 0) for c in counted)
+        if not requests and name not in latencies:
+            continue
+        ptok = sum(c.get("prompt_tokens", 0) for c in counted) * scale
+        ctok = sum(c.get("completion_tokens", 0) for c in counted) * scale
+        calls = requests * scale
+        prices = getattr(config, "price_per_million", None)
+        cost = None if prices is None else round((ptok * prices[0] + ctok * prices[1]) / 1e6, 6)
+        seen = latencies.get(name) or []
+        latency = sum(seen) / len(seen) if seen else None
+        limit = _concurrency(config, o.workers)
+        wall = None
+        if latency is not None:
+            per_agent = requests / (pilot_agents * pilot_steps)  # calls one agent makes in turn
+            waves = 1.0 if limit is None else max(1.0, o.agents / limit)
+            wall = round(o.steps * math.ceil(per_agent) * latency * waves, 3)
+        models.append(ModelEstimate(name, round(calls), round(ptok), round(ctok), cost,
+                                    None if latency is None else round(latency, 6), limit,
+                                    wall))
+    return Estimate(o.agents, o.steps, pilot_agents, pilot_steps,
+                    float(summary.get("wall_s", 0.0)), tuple(models),
+                    _backgrounds(full, summary.get("backgrounds")))
+
+
+def _backgrounds(full: RunFile, pilot: dict[str, Any] | None) -> ModelEstimate | None:
+    """Backgrounds for every agent, at the pilot's calls and tokens per written one (as if
+    none were cached yet: an upper bound)."""
+    o = full.options
+    if pilot is None or not pilot.get("generated") or o.population is None:
+        return None
+    per = o.agents / pilot["generated"]
+    name = pilot["model"]
+    prices = getattr(o.models[name], "price_per_million", None)
+    ptok, ctok = pilot["prompt_tokens"] * per, pilot["completion_tokens"] * per
+    cost = None if prices is None else round((ptok * prices[0] + ctok * prices[1]) / 1e6, 6)
+    latency = pilot["wall_s"] / max(1.0, pilot["generated"] / o.population.backgrounds.concurrency)
+    waves = max(1.0, o.agents / o.population.backgrounds.concurrency)
+    return ModelEstimate(f"{name} (backgrounds)", round(pilot["sent"] * per), round(ptok),
+                         round(ctok), cost, round(latency, 6),
+                         o.population.backgrounds.concurrency, round(waves * latency, 3))

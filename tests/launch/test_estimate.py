@@ -1,0 +1,82 @@
+"""``populace estimate``: a pilot run's calls and tokens, scaled to the full run, against
+what the full run then spends (the paper's education config, on the test server)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cli_helpers import run_in_process
+from populace.core import ConfigError
+from populace.launch import estimate, launch, load_run_file
+from populace.llm import ServerOptions, running_server
+from populace.results import RunDirectory
+
+EDUCATION = Path(__file__).resolve().parents[2] / "examples" / "paper" / "education.yaml"
+
+
+def _education(url: str, agents: int = 400) -> dict[str, Any]:
+    data = yaml.safe_load(EDUCATION.read_text())
+    data["agents"] = agents
+    data["models"] = {"scripted": {
+        "provider": "openai", "model": "scripted", "base_urls": [url],
+        "max_concurrency": 32, "price_per_million": [0.2, 0.6]}}
+    return data
+
+
+async def test_the_estimate_is_within_5_percent_of_the_full_run(tmp_path: Path,
+                                                                  monkeypatch: Any) -> None:
+    monkeypatch.chdir(tmp_path)  # the background cache lives in the working directory
+    async with running_server(ServerOptions(policy="scripted", models=("scripted",))) as url:
+        data = _education(url)
+        source = tmp_path / "education.yaml"
+        source.write_text(yaml.safe_dump(data))
+        guess = await estimate(data, source, pilot=40)
+        (tmp_path / ".populace-cache").rename(tmp_path / "pilot-cache")  # none cached
+        summary = await launch(load_run_file(source), RunDirectory.create(tmp_path / "run"))
+    steps = [s["llm"]["scripted"] for s in summary["steps"]]
+    full = {"calls": sum(s["requests"] for s in steps),
+            "prompt_tokens": sum(s["prompt_tokens"] for s in steps),
+            "completion_tokens": sum(s["completion_tokens"] for s in steps)}
+    (model,) = guess.models
+    assert (guess.agents, guess.steps, guess.pilot_agents) == (400, 1, 40)
+    for key, value in full.items():
+        assert abs(getattr(model, key) - value) <= 0.05 * value, (key, getattr(model, key))
+    written = summary["backgrounds"]
+    assert guess.backgrounds is not None
+    assert abs(guess.backgrounds.calls - written["sent"]) <= 0.05 * written["sent"]
+    assert abs(guess.backgrounds.prompt_tokens - written["prompt_tokens"]) <= \
+        0.05 * written["prompt_tokens"]
+    assert guess.cost is not None and guess.cost > 0
+    assert model.concurrency == 32 * 2  # max_concurrency × endpoints × workers
+    assert model.wall_s is not None and guess.wall_s is not None
+
+
+def test_no_model_behind_a_server_is_one_line(tmp_path: Path, capsys: Any,
+                                              monkeypatch: Any) -> None:
+    source = tmp_path / "run.yaml"
+    source.write_text("agents: 100\nmodels: {dummy: {provider: dummy}}\n")
+    rc, _, err = run_in_process(capsys, monkeypatch, "estimate", source)
+    assert rc == 2 and err.count("\n") == 1
+    assert "no model behind a server" in err and str(source) in err
+
+
+def test_an_unreachable_endpoint_is_one_line(tmp_path: Path, capsys: Any,
+                                             monkeypatch: Any) -> None:
+    monkeypatch.chdir(tmp_path)
+    source = tmp_path / "run.yaml"
+    source.write_text(yaml.safe_dump(_education("http://127.0.0.1:9/v1", 100)))
+    rc, _, err = run_in_process(capsys, monkeypatch, "estimate", source)
+    assert rc == 2 and err.count("\n") == 1 and "127.0.0.1:9" in err
+    assert not list(tmp_path.glob("runs"))
+
+
+def test_a_pilot_of_zero_is_refused() -> None:
+    with pytest.raises(ConfigError, match="--pilot 0"):
+        asyncio.run(estimate({"models": {"m": {"provider": "openai", "model": "x",
+                                               "base_urls": ["http://127.0.0.1:9/v1"]}}},
+                             Path("run.yaml"), pilot=0))
