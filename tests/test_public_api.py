@@ -34,7 +34,7 @@ API: dict[str, set[str]] = {
         "OpenAIConfig", "OpenAIModel", "RecordingModel", "ReplayModel", "ScriptedConfig",
         "ScriptedModel", "ScriptedParams", "ServerOptions", "build_model", "create_app",
         "preflight", "request_key", "running_server", "scripted_reply", "serve", "TRAFFIC",
-        "model_stats", "traffic"},
+        "model_stats", "traffic", "run_batch", "BatchConfig"},
     "populace.population": {
         "AspectConfig", "BackgroundConfig", "BackgroundResult", "DEFAULT_META_PROMPT",
         "DEFAULT_SYSTEM_PROMPT", "GroupsConfig", "PopulationConfig", "TEMPLATES",

@@ -341,8 +341,11 @@ def serve_llm(
              "seconds after the first one")] = None,
     retry_after: Annotated[float, typer.Option(
         min=0, help="seconds asked to wait by the Retry-After of 429s and outage 503s")] = 1.0,
+    batch_latency: Annotated[float, typer.Option(
+        min=0, help="seconds a batch job (/v1/batches) takes for all its requests")] = 0.5,
 ) -> None:
-    """Serve an OpenAI-compatible test LLM (/v1/models, /v1/chat/completions, /v1/completions)."""
+    """Serve an OpenAI-compatible test LLM (/v1/models, /v1/chat/completions, /v1/completions,
+    /v1/files and /v1/batches)."""
     from populace.llm import ServerOptions, serve
 
     try:
@@ -352,7 +355,7 @@ def serve_llm(
             policy=policy,  # type: ignore[arg-type]
             low=low, high=high, rate_500=error_500, rate_429=error_429,
             rate_timeout=error_timeout, rate_malformed=malformed, seed=seed, api_key=api_key,
-            outage=outage, retry_after=retry_after,
+            outage=outage, retry_after=retry_after, batch_latency=batch_latency,
         )
     except ValueError as e:
         raise _Fail(f"serve-llm: {e}", EXIT_CONFIG) from None
@@ -365,6 +368,44 @@ def serve_llm(
         asyncio.run(serve(host, port, options, ready=ready))
     except OSError as e:
         raise _Fail(f"serve-llm: cannot listen on {host}:{port}: {e.strerror}", 1) from None
+
+
+@app.command("run-batch")
+def run_batch(
+    input_file: Annotated[Path, typer.Option(
+        "-i", "--input-file", help="batch input file (JSONL: custom_id, method, url, body)")],
+    output_file: Annotated[Path, typer.Option(
+        "-o", "--output-file", help="output file to write (vLLM run_batch's format)")],
+    model: Annotated[str, typer.Option(help="model name answered; others get 404 lines")
+                     ] = "dummy",
+    policy: Annotated[str, typer.Option(help="random | reasoning | echo | scripted")
+                      ] = "reasoning",
+    latency: Annotated[float, typer.Option(min=0, help="seconds for the whole batch")] = 0.0,
+    seed: Annotated[int, typer.Option(help="seed of answers and injected errors")] = 0,
+    low: Annotated[int, typer.Option(help="smallest number answered")] = 0,
+    high: Annotated[int, typer.Option(help="largest number answered")] = 100,
+    error_500: Annotated[float, typer.Option(min=0, max=1, help="share of HTTP 500 lines")
+                         ] = 0.0,
+) -> None:
+    """Answer a batch file offline like vLLM's run_batch, with serve-llm's answers (no GPU)."""
+    from populace.llm import ServerOptions
+    from populace.llm import run_batch as answer_batch
+
+    try:
+        options = ServerOptions(models=(model,), policy=policy,  # type: ignore[arg-type]
+                                low=low, high=high, rate_500=error_500, seed=seed,
+                                batch_latency=latency)
+    except ValueError as e:
+        raise _Fail(f"run-batch: {e}", EXIT_CONFIG) from None
+    if not _is(input_file, Path.is_file, "--input-file"):
+        raise _Fail(f"--input-file {input_file}: no such file", EXIT_CONFIG)
+    try:
+        counts = asyncio.run(answer_batch(input_file, output_file, options))
+    except ValueError as e:  # a bad line of the input file
+        raise _Fail(str(e), EXIT_CONFIG) from None
+    out.print(f"{counts['total']:,} requests: {counts['completed']:,} answered, "
+              f"{counts['failed']:,} failed; written to [bold]{escape(str(output_file))}[/bold]",
+              soft_wrap=True)
 
 
 population_app = typer.Typer(no_args_is_help=True, help="Sample populations of personas.")

@@ -8,7 +8,14 @@ answers by a documented rule of the prompt, for offline runs with structure in t
 """
 
 from ._base import TRAFFIC, ChatMessage, Completion, ModelClient, ModelStats, model_stats, traffic
-from ._config import DummyConfig, ModelConfig, OpenAIConfig, ScriptedConfig, build_model
+from ._config import (
+    BatchConfig,
+    DummyConfig,
+    ModelConfig,
+    OpenAIConfig,
+    ScriptedConfig,
+    build_model,
+)
 from ._dummy import DummyModel
 from ._modelset import ModelSet
 from ._openai import OpenAIModel
@@ -16,10 +23,11 @@ from ._pool import EndpointPool, EndpointStats, Lease
 from ._preflight import preflight
 from ._record import RecordingModel, ReplayModel, request_key
 from ._scripted import ScriptedModel, ScriptedParams, scripted_reply
-from ._server import ServerOptions, create_app, running_server, serve
+from ._server import ServerOptions, create_app, run_batch, running_server, serve
 
 __all__ = [
     "TRAFFIC",
+    "BatchConfig",
     "ChatMessage",
     "Completion",
     "DummyConfig",
@@ -44,6 +52,7 @@ __all__ = [
     "model_stats",
     "preflight",
     "request_key",
+    "run_batch",
     "running_server",
     "scripted_reply",
     "serve",

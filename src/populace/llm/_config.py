@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -34,6 +35,23 @@ class DummyConfig(_Strict):
         if self.high < self.low:
             raise ValueError(f"high ({self.high}) must be >= low ({self.low})")
         return self
+
+
+class BatchConfig(_Strict):
+    """``batch:`` of an openai model: send a step's calls as batch jobs (see
+    ``populace.llm._batch``): ``api`` (``/v1/files`` + ``/v1/batches``: half the price at
+    OpenAI, hours of latency) or ``files`` (vLLM's offline ``run_batch``)."""
+
+    mode: Literal["api", "files"] = "api"
+    window: float = Field(1.0, gt=0, le=3600, description="seconds without a new call "
+                          "before the calls waiting go out as one job")
+    poll: float = Field(2.0, gt=0, le=3600, description="seconds between two looks at a job")
+    max_requests: int = Field(50_000, ge=1, le=50_000, description="calls in one job, at "
+                              "most (OpenAI takes 50,000)")
+    completion_window: str = Field("24h", min_length=1)
+    command: list[str] | None = Field(None, min_length=1, description="files mode: the "
+                                      "command that turns {input} into {output} (default "
+                                      "vLLM's run_batch with {model})")
 
 
 class OpenAIConfig(_Strict):
@@ -70,6 +88,7 @@ class OpenAIConfig(_Strict):
     price_per_million: tuple[float, float] | None = Field(
         None, description="[prompt, completion] price per million tokens: summaries then "
         "report the cost")
+    batch: BatchConfig | None = Field(None, description="send the calls as batch jobs")
 
     @field_validator("base_urls")
     @classmethod
@@ -114,8 +133,11 @@ ModelConfig = Annotated[DummyConfig | OpenAIConfig | ScriptedConfig,
                         Field(discriminator="provider")]
 
 
-def build_model(name: str, config: DummyConfig | OpenAIConfig | ScriptedConfig) -> ModelClient:
+def build_model(name: str, config: DummyConfig | OpenAIConfig | ScriptedConfig, *,
+                work_dir: Path | None = None) -> ModelClient:
     """A client for ``config``; called once per worker (see ``populace.core.PerWorker``).
+    ``work_dir``: where batch jobs keep their files and journal (the run directory's
+    ``llm_batches/``).
 
     Raises :class:`~populace.core.ConfigError` when ``api_key_env`` names an unset variable.
     """
@@ -133,7 +155,7 @@ def build_model(name: str, config: DummyConfig | OpenAIConfig | ScriptedConfig) 
                     f"model {name!r}: environment variable {config.api_key_env} "
                     "(api_key_env) is not set or empty"
                 )
-        return OpenAIModel(
+        chat = OpenAIModel(
             name,
             model=config.model,
             base_urls=config.base_urls,
@@ -149,4 +171,13 @@ def build_model(name: str, config: DummyConfig | OpenAIConfig | ScriptedConfig) 
             max_backoff=config.max_backoff,
             retry_deadline=config.retry_deadline,
         )
+        if config.batch is None:
+            return chat
+        from ._batch import VLLM_RUN_BATCH, BatchModel
+
+        b = config.batch
+        return BatchModel(chat, config.base_urls[0], api_key=api_key, mode=b.mode,
+                          window=b.window, poll=b.poll, max_requests=b.max_requests,
+                          completion_window=b.completion_window,
+                          command=b.command or VLLM_RUN_BATCH, work_dir=work_dir)
     raise TypeError(f"unknown model config {type(config).__name__}")

@@ -34,14 +34,16 @@ class ModelSet(Mapping[str, ModelClient]):
         calls an interrupted run already made are not paid for twice).
         """
         clients: dict[str, ModelClient] = {}
+        # batch jobs keep their journal beside the recording, in the run directory
+        work = Path(record_to).parent / "llm_batches" if record_to is not None else None
         for name, cfg in configs.items():
             client: ModelClient
             if cfg.provider == "dummy" or replay_from is None:
-                client = build_model(name, cfg)
+                client = build_model(name, cfg, work_dir=work)
             elif not resume:
                 client = ReplayModel(Path(replay_from), name)
             else:
-                client = build_model(name, cfg)
+                client = build_model(name, cfg, work_dir=work)
                 if any(Path(replay_from).glob(f"{name}-*.jsonl")):
                     client = ReplayThenLive(ReplayModel(Path(replay_from), name), client)
             if record_to is not None and cfg.provider != "dummy":

@@ -229,6 +229,22 @@ class OpenAIModel:
         max_tokens: int | None = None,
         response_format: dict[str, Any] | None = None,
     ) -> Completion:
+        body = self.body(messages, temperature=temperature, top_p=top_p, seed=seed,
+                         max_tokens=max_tokens, response_format=response_format)
+        payload = json.dumps(body).encode()
+        self._requests += 1
+        self._in_flight += 1
+        try:
+            return await self._call(payload)
+        finally:
+            self._in_flight -= 1
+
+    def body(self, messages: Sequence[ChatMessage], *, temperature: float | None = None,
+             top_p: float | None = None, seed: int | None = None,
+             max_tokens: int | None = None,
+             response_format: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The chat completion request for these arguments, the client's defaults filled in
+        (what :meth:`complete` sends; a batch job sends the same)."""
         body: dict[str, Any] = {"model": self.model, "messages": list(messages)}
         if temperature is None:
             temperature = self.temperature
@@ -246,13 +262,7 @@ class OpenAIModel:
             body["seed"] = seed
         if response_format is not None:
             body["response_format"] = response_format
-        payload = json.dumps(body).encode()
-        self._requests += 1
-        self._in_flight += 1
-        try:
-            return await self._call(payload)
-        finally:
-            self._in_flight -= 1
+        return body
 
     def statistics(self) -> ModelStats:
         return ModelStats(self.name, self._requests, self._failures, self._in_flight,

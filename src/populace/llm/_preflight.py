@@ -120,7 +120,8 @@ async def preflight(models: Mapping[str, DummyConfig | OpenAIConfig | ScriptedCo
     every base URL must answer ``GET /models`` within ``timeout`` seconds, accept the key, and
     list the configured ``model``. All endpoints are asked at once, each URL only once per
     key. The message is one line naming the model's key and the first problem, in config
-    order, with ``(+N more)`` when there are others. Dummy and scripted models always pass. Await it
+    order, with ``(+N more)`` when there are others. Dummy and scripted models always pass,
+    and so do models whose batch jobs are files (``batch.mode: files``). Await it
     from a task (``asyncio.run`` makes one), not from inside an agent.
     """
     # In config order: a key problem, or the endpoint checks of the model.
@@ -128,6 +129,8 @@ async def preflight(models: Mapping[str, DummyConfig | OpenAIConfig | ScriptedCo
     for name, config in models.items():
         if not isinstance(config, OpenAIConfig):
             continue
+        if config.batch is not None and config.batch.mode == "files":
+            continue  # vLLM's run_batch reads files: no server to ask
         api_key = None
         if config.api_key_env is not None:
             api_key = os.environ.get(config.api_key_env)

@@ -13,7 +13,15 @@ only on the server seed and *i*, and the number answered depends only on the req
 outage (every completion answered 503 for a while) can be scheduled too.
 
 Endpoints: ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions``,
-``GET /health`` and ``GET /stats`` (request counters, as JSON).
+``GET /health`` and ``GET /stats`` (request counters, as JSON); and batch jobs as the OpenAI
+Batch API runs them: ``POST /v1/files`` (multipart ``purpose=batch``, ``file``), ``GET
+/v1/files[/{id}[/content]]``, ``DELETE /v1/files/{id}``, ``POST /v1/batches``, ``GET
+/v1/batches[/{id}]`` and ``POST /v1/batches/{id}/cancel``. A batch's requests are answered
+in the background, one after another over ``batch_latency`` seconds, each as the chat
+endpoint answers it (the same fate and text; no latency or outage): successes go to the
+batch's output file, failures (injected 500s, an unknown model) to its error file, as
+OpenAI does. :func:`run_batch` answers an input file offline instead, writing vLLM's
+``run_batch`` output format (``populace run-batch``).
 
 >>> async def demo():
 ...     async with running_server(ServerOptions(latency=0.05)) as base_url:
@@ -25,17 +33,27 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 
 from populace.core import derive_seed, mix64, unit_float
 
+from ._batchfile import (
+    CHAT_URL,
+    InputProblem,
+    encode_lines,
+    parse_input,
+    read_input,
+    result_line,
+    write_output,
+)
 from ._replies import extraction, json_answer, text_of, words
 from ._scripted import ScriptedParams, scripted_reply
 
@@ -45,7 +63,7 @@ Policy = Literal["random", "reasoning", "echo", "scripted"]
 _POLICIES = ("random", "reasoning", "echo", "scripted")
 
 # Salts that keep the seeded draws of one request independent of each other.
-_FATE, _LATENCY, _ID, _NUMBER, _SENTENCE = range(5)
+_FATE, _LATENCY, _ID, _NUMBER, _SENTENCE, _LINE_ID, _REQUEST_ID, _OBJECT_ID = range(8)
 
 _REASONS = (
     "Most players will not think many steps ahead, so I aim a little below the crowd.",
@@ -70,7 +88,8 @@ class ServerOptions:
     ``(start, duration)``: from ``start`` to ``start + duration`` seconds after the first
     completion request, every completion request is answered 503 with ``Retry-After:
     retry_after`` (a model down behind its gateway); those answers do not count as requests
-    (the fates of the others stay as without the outage).
+    (the fates of the others stay as without the outage). ``batch_latency``: the seconds a
+    batch job takes to answer all its requests (spread evenly over them).
     """
 
     models: Sequence[str] = ("dummy",)
@@ -87,6 +106,7 @@ class ServerOptions:
     seed: int = 0
     api_key: str | None = None
     outage: tuple[float, float] | None = None
+    batch_latency: float = 0.5
 
     def __post_init__(self) -> None:
         models = (self.models,) if isinstance(self.models, str) else tuple(self.models)
@@ -108,8 +128,8 @@ class ServerOptions:
         rates = (self.rate_500, self.rate_429, self.rate_timeout, self.rate_malformed)
         if any(not 0 <= r <= 1 for r in rates) or sum(rates) > 1 + 1e-9:
             raise ValueError(f"error rates must lie in [0, 1] and sum to at most 1, got {rates}")
-        if self.retry_after < 0 or self.timeout_sleep < 0:
-            raise ValueError("retry_after and timeout_sleep must be >= 0")
+        if self.retry_after < 0 or self.timeout_sleep < 0 or self.batch_latency < 0:
+            raise ValueError("retry_after, timeout_sleep and batch_latency must be >= 0")
         if self.outage is not None:
             if len(self.outage) != 2 or not all(x >= 0 for x in self.outage):
                 raise ValueError(f"outage must be (start, duration) with both >= 0, "
@@ -120,10 +140,12 @@ class ServerOptions:
 class _State:
     """Counters behind ``GET /stats``."""
 
-    __slots__ = ("first", "in_flight", "injected", "models", "requests", "status")
+    __slots__ = ("batch_requests", "first", "in_flight", "injected", "models", "requests",
+                 "status")
 
     def __init__(self) -> None:
         self.requests = 0  # completion requests received; also the index of the next one
+        self.batch_requests = 0  # of those, the ones answered inside batches
         self.in_flight = 0
         self.status: Counter[str] = Counter()
         self.injected: Counter[str] = Counter()
@@ -131,9 +153,9 @@ class _State:
         self.first: float | None = None  # when the first completion request came
 
     def as_json(self) -> dict[str, Any]:
-        return {"requests": self.requests, "in_flight": self.in_flight,
-                "status": dict(self.status), "injected": dict(self.injected),
-                "models": dict(self.models)}
+        return {"requests": self.requests, "batch_requests": self.batch_requests,
+                "in_flight": self.in_flight, "status": dict(self.status),
+                "injected": dict(self.injected), "models": dict(self.models)}
 
 
 _OPTIONS = web.AppKey("options", ServerOptions)
@@ -188,19 +210,71 @@ def _json(state: _State, payload: Any, status: int = 200,
                         content_type="application/json")
 
 
-def _error(state: _State, status: int, message: str, kind: str, *, code: str | None = None,
-           param: str | None = None, headers: dict[str, str] | None = None) -> web.Response:
-    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
-    return _json(state, body, status, headers)
+def _error_body(message: str, kind: str, code: str | None = None,
+                param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def _error(state: _State, status: int, message: str, kind: str, code: str | None = None,
+           param: str | None = None, *, headers: dict[str, str] | None = None
+           ) -> web.Response:
+    return _json(state, _error_body(message, kind, code, param), status, headers)
+
+
+class _Refusal(NamedTuple):
+    """A request the chat endpoint refuses before answering."""
+
+    status: int
+    message: str
+    kind: str
+    code: str | None = None
+    param: str | None = None
+
+
+# Injected failures answered without a completion: status, message, error type.
+_INJECTED = {
+    "timeout": (504, "Injected timeout elapsed.", "server_error"),
+    "500": (500, "Injected internal server error.", "server_error"),
+    "429": (429, "Injected rate limit; retry later.", "rate_limit_error"),
+}
+
+
+def _unauthorized(request: web.Request) -> bool:
+    key = request.app[_OPTIONS].api_key
+    return key is not None and request.headers.get("Authorization") != f"Bearer {key}"
+
+
+def _refusal(options: ServerOptions, body: dict[str, Any]) -> _Refusal | None:
+    """Why a parsed completion request is refused (its model, streaming); None: answer it."""
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        return _Refusal(400, "you must provide a model parameter", "invalid_request_error",
+                        param="model")
+    if model not in options.models:
+        return _Refusal(404, f"The model `{model}` does not exist or you do not have "
+                        f"access to it. Served models: {', '.join(options.models)}.",
+                        "invalid_request_error", code="model_not_found", param="model")
+    if body.get("stream"):
+        return _Refusal(400, "stream=true is not supported by this server.",
+                        "invalid_request_error", param="stream")
+    return None
+
+
+def _chat_messages(body: dict[str, Any]) -> list[dict[str, Any]] | _Refusal:
+    messages = body.get("messages")
+    if (not isinstance(messages, list) or not messages
+            or not all(isinstance(m, dict) for m in messages)):
+        return _Refusal(400, "messages must be a non-empty list of objects",
+                        "invalid_request_error", param="messages")
+    return messages
 
 
 async def _admit(request: web.Request) -> tuple[dict[str, Any], str] | web.Response:
     """Authenticate, parse and check the model of a completion request."""
     options, state = request.app[_OPTIONS], request.app[_STATE]
-    if options.api_key is not None:
-        if request.headers.get("Authorization") != f"Bearer {options.api_key}":
-            return _error(state, 401, "Incorrect API key provided.", "invalid_request_error",
-                          code="invalid_api_key")
+    if _unauthorized(request):
+        return _error(state, 401, "Incorrect API key provided.", "invalid_request_error",
+                      code="invalid_api_key")
     try:
         body = json.loads(await request.read())
     except ValueError:
@@ -209,23 +283,63 @@ async def _admit(request: web.Request) -> tuple[dict[str, Any], str] | web.Respo
     if not isinstance(body, dict):
         return _error(state, 400, "The request body must be a JSON object.",
                       "invalid_request_error")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        return _error(state, 400, "you must provide a model parameter", "invalid_request_error",
-                      param="model")
-    if model not in options.models:
-        return _error(state, 404, f"The model `{model}` does not exist or you do not have "
-                      f"access to it. Served models: {', '.join(options.models)}.",
-                      "invalid_request_error", code="model_not_found", param="model")
-    if body.get("stream"):
-        return _error(state, 400, "stream=true is not supported by this server.",
-                      "invalid_request_error", param="stream")
-    return body, model
+    refused = _refusal(options, body)
+    if refused is not None:
+        return _error(state, *refused)
+    return body, body["model"]
 
 
 def _seconds(after: float) -> str:
     """A ``Retry-After`` value: ``1``, not ``1.0``."""
     return str(int(after)) if after == int(after) else f"{after:g}"
+
+
+def _fate(options: ServerOptions, index: int) -> str:
+    """What happens to the ``index``-th request: a key of ``_INJECTED``, "malformed" or
+    "ok"."""
+    fate = unit_float(derive_seed(options.seed, index, _FATE))
+    edge = 0.0
+    for kind, rate in (("timeout", options.rate_timeout), ("500", options.rate_500),
+                       ("429", options.rate_429), ("malformed", options.rate_malformed)):
+        edge += rate
+        if fate < edge:
+            return kind
+    return "ok"
+
+
+def _completion(options: ServerOptions, index: int, body: dict[str, Any],
+                messages: list[dict[str, Any]], model: str, legacy: bool) -> dict[str, Any]:
+    """The completion object answering the ``index``-th request."""
+    seed = body.get("seed")
+    if type(seed) is not int:
+        seed = derive_seed(options.seed, index, _NUMBER)
+    n = body.get("n")
+    n = n if type(n) is int and 1 <= n <= 128 else 1
+    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+    prompt_tokens = sum(words(text_of(m.get("content"))) for m in messages)
+    choices = []
+    completion_tokens = 0
+    for k in range(n):
+        text = _answer(options, messages, seed if k == 0 else derive_seed(seed, k),
+                       body.get("response_format"), body.get("temperature"))
+        text, finish = _truncate(text, max_tokens)
+        completion_tokens += words(text)
+        if legacy:
+            choices.append({"index": k, "text": text, "logprobs": None,
+                            "finish_reason": finish})
+        else:
+            choices.append({"index": k, "message": {"role": "assistant", "content": text},
+                            "logprobs": None, "finish_reason": finish})
+    return {
+        "id": f"{'cmpl' if legacy else 'chatcmpl'}-{derive_seed(options.seed, index, _ID):x}",
+        "object": "text_completion" if legacy else "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "total_tokens": prompt_tokens + completion_tokens},
+        "system_fingerprint": "populace-serve-llm",
+    }
 
 
 async def _complete(request: web.Request, messages: list[dict[str, Any]], body: dict[str, Any],
@@ -245,22 +359,14 @@ async def _complete(request: web.Request, messages: list[dict[str, Any]], body: 
     state.models[model] += 1
     state.in_flight += 1
     try:
-        fate = unit_float(derive_seed(options.seed, index, _FATE))
-        edge = options.rate_timeout
-        if fate < edge:
-            state.injected["timeout"] += 1
-            await asyncio.sleep(options.timeout_sleep)
-            return _error(state, 504, "Injected timeout elapsed.", "server_error")
-        edge += options.rate_500
-        if fate < edge:
-            state.injected["500"] += 1
-            return _error(state, 500, "Injected internal server error.", "server_error")
-        edge += options.rate_429
-        if fate < edge:
-            state.injected["429"] += 1
-            return _error(state, 429, "Injected rate limit; retry later.", "rate_limit_error",
-                          headers={"Retry-After": _seconds(options.retry_after)})
-        malformed = fate < edge + options.rate_malformed
+        fate = _fate(options, index)
+        if fate in _INJECTED:
+            state.injected[fate] += 1
+            status, message, kind = _INJECTED[fate]
+            if fate == "timeout":
+                await asyncio.sleep(options.timeout_sleep)
+            headers = {"Retry-After": _seconds(options.retry_after)} if fate == "429" else None
+            return _error(state, status, message, kind, headers=headers)
         lat = options.latency
         if isinstance(lat, tuple):
             delay = lat[0] + (lat[1] - lat[0]) * unit_float(
@@ -269,38 +375,8 @@ async def _complete(request: web.Request, messages: list[dict[str, Any]], body: 
             delay = lat
         if delay > 0:
             await asyncio.sleep(delay)
-
-        seed = body.get("seed")
-        if type(seed) is not int:
-            seed = derive_seed(options.seed, index, _NUMBER)
-        n = body.get("n")
-        n = n if type(n) is int and 1 <= n <= 128 else 1
-        max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
-        prompt_tokens = sum(words(text_of(m.get("content"))) for m in messages)
-        choices = []
-        completion_tokens = 0
-        for k in range(n):
-            text = _answer(options, messages, seed if k == 0 else derive_seed(seed, k),
-                           body.get("response_format"), body.get("temperature"))
-            text, finish = _truncate(text, max_tokens)
-            completion_tokens += words(text)
-            if legacy:
-                choices.append({"index": k, "text": text, "logprobs": None,
-                                "finish_reason": finish})
-            else:
-                choices.append({"index": k, "message": {"role": "assistant", "content": text},
-                                "logprobs": None, "finish_reason": finish})
-        payload = {
-            "id": f"{'cmpl' if legacy else 'chatcmpl'}-{derive_seed(options.seed, index, _ID):x}",
-            "object": "text_completion" if legacy else "chat.completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": choices,
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},
-            "system_fingerprint": "populace-serve-llm",
-        }
-        if malformed:
+        payload = _completion(options, index, body, messages, model, legacy)
+        if fate == "malformed":
             state.injected["malformed"] += 1
             raw = json.dumps(payload).encode()
             state.status["200"] += 1
@@ -310,16 +386,35 @@ async def _complete(request: web.Request, messages: list[dict[str, Any]], body: 
         state.in_flight -= 1
 
 
+def _answer_batched(options: ServerOptions, state: _State, body: dict[str, Any]
+                    ) -> tuple[int, dict[str, Any]]:
+    """One chat request of a batch, answered as the chat endpoint answers it (same checks,
+    fate, seed and text; no latency, no outage): its status and JSON body. A "malformed"
+    fate is answered normally: a batch line cannot be half a body."""
+    refused = _refusal(options, body)
+    messages = _chat_messages(body) if refused is None else refused
+    if isinstance(messages, _Refusal):
+        return messages.status, _error_body(*messages[1:])
+    index = state.requests
+    state.requests += 1
+    state.batch_requests += 1
+    state.models[body["model"]] += 1
+    fate = _fate(options, index)
+    if fate in _INJECTED:
+        state.injected[fate] += 1
+        status, message, kind = _INJECTED[fate]
+        return status, _error_body(message, kind)
+    return 200, _completion(options, index, body, messages, body["model"], legacy=False)
+
+
 async def _chat(request: web.Request) -> web.Response:
     admitted = await _admit(request)
     if isinstance(admitted, web.Response):
         return admitted
     body, model = admitted
-    messages = body.get("messages")
-    if (not isinstance(messages, list) or not messages
-            or not all(isinstance(m, dict) for m in messages)):
-        return _error(request.app[_STATE], 400, "messages must be a non-empty list of objects",
-                      "invalid_request_error", param="messages")
+    messages = _chat_messages(body)
+    if isinstance(messages, _Refusal):
+        return _error(request.app[_STATE], *messages)
     return await _complete(request, messages, body, model, legacy=False)
 
 
@@ -339,9 +434,7 @@ async def _legacy(request: web.Request) -> web.Response:
 
 
 async def _models(request: web.Request) -> web.Response:
-    options = request.app[_OPTIONS]
-    if options.api_key is not None and (request.headers.get("Authorization")
-                                        != f"Bearer {options.api_key}"):
+    if _unauthorized(request):
         return _error(request.app[_STATE], 401, "Incorrect API key provided.",
                       "invalid_request_error", code="invalid_api_key")
     created = int(time.time())
@@ -355,19 +448,386 @@ async def _health(request: web.Request) -> web.Response:
 
 
 async def _stats(request: web.Request) -> web.Response:
-    return web.json_response(request.app[_STATE].as_json())
+    return web.json_response({**request.app[_STATE].as_json(),
+                              "batches": request.app[_JOBS].summary()})
+
+
+# -- files and batch jobs --------------------------------------------------------------------
+_MAX_FILE = 200 * 1024 * 1024  # what OpenAI accepts as a batch input file
+_DAY = 24 * 3600
+_FINAL = ("completed", "failed", "cancelled", "expired")
+
+
+@dataclass(frozen=True)
+class _File:
+    id: str
+    filename: str
+    purpose: str
+    data: bytes
+    created_at: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {"id": self.id, "object": "file", "bytes": len(self.data),
+                "created_at": self.created_at, "filename": self.filename,
+                "purpose": self.purpose, "status": "processed", "status_details": None}
+
+
+class _Batch:
+    """One batch job: its OpenAI batch object, moved along by the task that runs it."""
+
+    def __init__(self, serial: int, batch_id: str, input_file: _File, endpoint: str,
+                 completion_window: str, metadata: dict[str, str] | None) -> None:
+        self.serial = serial
+        self.id = batch_id
+        self.input = input_file
+        self.endpoint = endpoint
+        self.completion_window = completion_window
+        self.metadata = metadata
+        self.status = "validating"
+        self.created_at = int(time.time())
+        self.times: dict[str, int | None] = dict.fromkeys(
+            (f"{s}_at" for s in ("in_progress", "finalizing", "completed", "failed", "expired",
+                                 "cancelling", "cancelled")), None)
+        self.total = self.completed = self.failed = 0
+        self.errors: list[InputProblem] = []
+        self.output_file_id: str | None = None
+        self.error_file_id: str | None = None
+        self.stop = asyncio.Event()  # cancel was asked
+
+    def move(self, status: str) -> None:
+        self.status = status
+        self.times[f"{status}_at"] = int(time.time())
+
+    def as_json(self) -> dict[str, Any]:
+        errors = None if not self.errors else {"object": "list", "data": [
+            {"code": p.code, "message": p.message, "param": None, "line": p.line}
+            for p in self.errors]}
+        return {"id": self.id, "object": "batch", "endpoint": self.endpoint, "errors": errors,
+                "input_file_id": self.input.id, "completion_window": self.completion_window,
+                "status": self.status, "output_file_id": self.output_file_id,
+                "error_file_id": self.error_file_id, "created_at": self.created_at,
+                "expires_at": self.created_at + _DAY, **self.times,
+                "request_counts": self.counts(), "metadata": self.metadata}
+
+    def counts(self) -> dict[str, int]:
+        return {"total": self.total, "completed": self.completed, "failed": self.failed}
+
+
+class _Jobs:
+    """The files and batch jobs of one app; owns the tasks that run the jobs."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.files: dict[str, _File] = {}
+        self.batches: dict[str, _Batch] = {}
+        self._made = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _id(self, prefix: str) -> tuple[int, str]:
+        self._made += 1
+        return self._made, f"{prefix}{derive_seed(self.seed, _OBJECT_ID, self._made):016x}"
+
+    def add_file(self, filename: str, purpose: str, data: bytes) -> _File:
+        _, file_id = self._id("file-")
+        made = self.files[file_id] = _File(file_id, filename, purpose, data, int(time.time()))
+        return made
+
+    def add_batch(self, app: web.Application, input_file: _File, endpoint: str,
+                  completion_window: str, metadata: dict[str, str] | None) -> _Batch:
+        serial, batch_id = self._id("batch_")
+        job = self.batches[batch_id] = _Batch(serial, batch_id, input_file, endpoint,
+                                              completion_window, metadata)
+        task = asyncio.get_running_loop().create_task(_run_job(app, job), name=batch_id)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return job
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        return {b.id: {"status": b.status, **b.counts()} for b in self.batches.values()}
+
+    async def aclose(self) -> None:
+        """Cancel the jobs still running and wait for them (the app's cleanup)."""
+        for task in self._tasks:
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks)
+
+
+_JOBS = web.AppKey("jobs", _Jobs)
+
+
+async def _answer_all(options: ServerOptions, state: _State,
+                      requests: Sequence[tuple[str, dict[str, Any]]], stop: asyncio.Event | None,
+                      record: Callable[[int, str, int, dict[str, Any]], None]) -> None:
+    """Answer ``requests`` in order over ``options.batch_latency`` seconds, passing each
+    ``(index, custom_id, status, body)`` to ``record``; ends early once ``stop`` is set."""
+    pause = options.batch_latency / len(requests) if requests else 0.0
+    for i, (custom_id, body) in enumerate(requests):
+        if pause > 0:
+            if stop is None:
+                await asyncio.sleep(pause)
+            else:
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), pause)
+        if stop is not None and stop.is_set():
+            return
+        status, answer = _answer_batched(options, state, body)
+        record(i, custom_id, status, answer)
+
+
+async def _run_job(app: web.Application, job: _Batch) -> None:
+    """Validate, answer and file one batch job."""
+    options, state, jobs = app[_OPTIONS], app[_STATE], app[_JOBS]
+    try:
+        requests, problems = parse_input(job.input.data, url=job.endpoint)
+        if problems:
+            job.errors = problems[:100]
+            job.move("failed")
+            return
+        if job.stop.is_set():
+            job.move("cancelled")
+            return
+        job.total = len(requests)
+        job.move("in_progress")
+        good: list[dict[str, Any]] = []
+        bad: list[dict[str, Any]] = []
+
+        def record(i: int, custom_id: str, status: int, body: dict[str, Any]) -> None:
+            ok = 200 <= status < 300
+            (good if ok else bad).append(result_line(
+                "openai", custom_id=custom_id, status=status, body=body,
+                line_id=f"batch_req_{derive_seed(jobs.seed, job.serial, i, _LINE_ID):016x}",
+                request_id=f"req_{derive_seed(jobs.seed, job.serial, i, _REQUEST_ID):016x}"))
+            if ok:
+                job.completed += 1
+            else:
+                job.failed += 1
+
+        await _answer_all(options, state, requests, job.stop, record)
+        if not job.stop.is_set():
+            job.move("finalizing")
+        if good:
+            job.output_file_id = jobs.add_file(f"{job.id}_output.jsonl", "batch_output",
+                                               encode_lines(good)).id
+        if bad:
+            job.error_file_id = jobs.add_file(f"{job.id}_error.jsonl", "batch_error",
+                                              encode_lines(bad)).id
+        job.move("cancelled" if job.stop.is_set() else "completed")
+    except Exception:  # a bug must not leave the batch in progress for ever
+        log.exception("batch %s failed", job.id)
+        job.errors = [InputProblem(None, "server_error", "the server failed running it")]
+        job.move("failed")
+
+
+def _api_error(status: int, message: str, kind: str = "invalid_request_error",
+               code: str | None = None, param: str | None = None) -> web.Response:
+    """An error of the files and batches API (not counted with the completions)."""
+    return web.json_response(_error_body(message, kind, code, param), status=status)
+
+
+@web.middleware
+async def _guard(request: web.Request,
+                 handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                 ) -> web.StreamResponse:
+    """The API key, for every files and batches route."""
+    if request.path.startswith(("/v1/files", "/v1/batches")) and _unauthorized(request):
+        return _api_error(401, "Incorrect API key provided.", code="invalid_api_key")
+    return await handler(request)
+
+
+def _file_of(request: web.Request) -> _File | web.Response:
+    file_id = request.match_info["file_id"]
+    found = request.app[_JOBS].files.get(file_id)
+    if found is None:
+        return _api_error(404, f"No such File object: {file_id}", param="file_id")
+    return found
+
+
+def _batch_of(request: web.Request) -> _Batch | web.Response:
+    batch_id = request.match_info["batch_id"]
+    found = request.app[_JOBS].batches.get(batch_id)
+    if found is None:
+        return _api_error(404, f"No batch found with id '{batch_id}'.", param="batch_id")
+    return found
+
+
+async def _upload(request: web.Request) -> web.Response:
+    if not request.content_type.startswith("multipart/"):
+        return _api_error(400, "Upload a file as multipart/form-data with the fields "
+                          "purpose and file.")
+    purpose = filename = None
+    data: bytearray | None = None
+    reader = await request.multipart()
+    while (part := await reader.next()) is not None:
+        if not isinstance(part, BodyPartReader):
+            continue
+        if part.name == "purpose":
+            purpose = await part.text()
+        elif part.name == "file":
+            filename, data = part.filename or "upload.jsonl", bytearray()
+            while chunk := await part.read_chunk():
+                data += chunk
+                if len(data) > _MAX_FILE:
+                    return _api_error(413, f"The file is larger than {_MAX_FILE} bytes.",
+                                      param="file")
+    if data is None or filename is None:
+        return _api_error(400, "Missing the file to upload.", param="file")
+    if not purpose:
+        return _api_error(400, "Missing the purpose of the file.", param="purpose")
+    return web.json_response(request.app[_JOBS].add_file(filename, purpose, bytes(data))
+                             .as_json())
+
+
+async def _list_files(request: web.Request) -> web.Response:
+    purpose = request.query.get("purpose")
+    data = [f.as_json() for f in request.app[_JOBS].files.values()
+            if purpose is None or f.purpose == purpose]
+    return web.json_response({"object": "list", "data": data, "has_more": False})
+
+
+async def _get_file(request: web.Request) -> web.Response:
+    found = _file_of(request)
+    return found if isinstance(found, web.Response) else web.json_response(found.as_json())
+
+
+async def _file_content(request: web.Request) -> web.Response:
+    found = _file_of(request)
+    if isinstance(found, web.Response):
+        return found
+    return web.Response(body=found.data, content_type="application/octet-stream")
+
+
+async def _delete_file(request: web.Request) -> web.Response:
+    found = _file_of(request)
+    if isinstance(found, web.Response):
+        return found
+    del request.app[_JOBS].files[found.id]
+    return web.json_response({"id": found.id, "object": "file", "deleted": True})
+
+
+async def _create_batch(request: web.Request) -> web.Response:
+    try:
+        body = json.loads(await request.read())
+    except ValueError:
+        return _api_error(400, "We could not parse the JSON body of your request.")
+    if not isinstance(body, dict):
+        return _api_error(400, "The request body must be a JSON object.")
+    jobs = request.app[_JOBS]
+    for field in ("input_file_id", "endpoint", "completion_window"):
+        if not isinstance(body.get(field), str):
+            return _api_error(400, f"Missing required parameter: '{field}'.",
+                              code="missing_required_parameter", param=field)
+    input_file = jobs.files.get(body["input_file_id"])
+    if input_file is None:
+        return _api_error(404, f"No such File object: {body['input_file_id']}",
+                          param="input_file_id")
+    if input_file.purpose != "batch":
+        return _api_error(400, f"The input file's purpose is {input_file.purpose!r}, not "
+                          "'batch'.", param="input_file_id")
+    if body["endpoint"] != CHAT_URL:
+        return _api_error(400, f"This server runs batches of {CHAT_URL} only, got "
+                          f"{body['endpoint']!r}.", param="endpoint")
+    if body["completion_window"] != "24h":
+        return _api_error(400, "completion_window must be '24h'.", param="completion_window")
+    metadata = body.get("metadata")
+    if metadata is not None and (not isinstance(metadata, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())):
+        return _api_error(400, "metadata must map strings to strings.", param="metadata")
+    job = jobs.add_batch(request.app, input_file, CHAT_URL, "24h", metadata)
+    return web.json_response(job.as_json())
+
+
+async def _list_batches(request: web.Request) -> web.Response:
+    try:
+        limit = int(request.query.get("limit", "20"))
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= 100:
+        return _api_error(400, "limit must be an integer from 1 to 100.", param="limit")
+    newest = list(reversed(request.app[_JOBS].batches.values()))
+    after = request.query.get("after")
+    if after is not None:
+        ids = [b.id for b in newest]
+        newest = newest[ids.index(after) + 1:] if after in ids else []
+    page = [b.as_json() for b in newest[:limit]]
+    return web.json_response({"object": "list", "data": page,
+                              "first_id": page[0]["id"] if page else None,
+                              "last_id": page[-1]["id"] if page else None,
+                              "has_more": len(newest) > limit})
+
+
+async def _get_batch(request: web.Request) -> web.Response:
+    found = _batch_of(request)
+    return found if isinstance(found, web.Response) else web.json_response(found.as_json())
+
+
+async def _cancel_batch(request: web.Request) -> web.Response:
+    found = _batch_of(request)
+    if isinstance(found, web.Response):
+        return found
+    if found.status in _FINAL:
+        return _api_error(409, f"Cannot cancel a batch with status '{found.status}'.")
+    if not found.stop.is_set():
+        found.stop.set()
+        found.move("cancelling")
+    return web.json_response(found.as_json())
+
+
+async def run_batch(input_file: str | os.PathLike[str], output_file: str | os.PathLike[str],
+                    options: ServerOptions | None = None) -> dict[str, int]:
+    """Answer a batch input file offline, as ``python -m vllm.entrypoints.openai.run_batch
+    -i IN -o OUT`` does, and write OUT in vLLM's output format (``populace run-batch``).
+
+    Each request is answered as serve-llm's chat endpoint with ``options`` answers it on a
+    fresh server (the same checks, fates and texts), over ``options.batch_latency`` seconds.
+    A bad input line raises a one-line ValueError naming the file and line. Returns the
+    request counts ``{"total", "completed", "failed"}``.
+
+    >>> asyncio.run(run_batch("in.jsonl", "out.jsonl", ServerOptions(policy="scripted")))
+    ... # doctest: +SKIP
+    {'total': 3, 'completed': 3, 'failed': 0}
+    """
+    options = options if options is not None else ServerOptions()
+    requests = read_input(input_file)
+    lines: list[dict[str, Any]] = []
+
+    def record(i: int, custom_id: str, status: int, body: dict[str, Any]) -> None:
+        lines.append(result_line(
+            "vllm", custom_id=custom_id, status=status, body=body,
+            line_id=f"vllm-{derive_seed(options.seed, i, _LINE_ID):016x}",
+            request_id=f"vllm-batch-{derive_seed(options.seed, i, _REQUEST_ID):016x}"))
+
+    await _answer_all(options, _State(), requests, None, record)
+    write_output(output_file, lines)
+    failed = sum(line["error"] is not None for line in lines)
+    return {"total": len(lines), "completed": len(lines) - failed, "failed": failed}
 
 
 def create_app(options: ServerOptions | None = None) -> web.Application:
     """The aiohttp application serving ``options`` (run it with any aiohttp runner)."""
-    app = web.Application(client_max_size=16 * 1024 * 1024)
+    app = web.Application(client_max_size=16 * 1024 * 1024, middlewares=[_guard])
     app[_OPTIONS] = options if options is not None else ServerOptions()
     app[_STATE] = _State()
+    app[_JOBS] = jobs = _Jobs(app[_OPTIONS].seed)
     app.router.add_get("/v1/models", _models)
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_post("/v1/completions", _legacy)
+    app.router.add_post("/v1/files", _upload)
+    app.router.add_get("/v1/files", _list_files)
+    app.router.add_get("/v1/files/{file_id}", _get_file)
+    app.router.add_delete("/v1/files/{file_id}", _delete_file)
+    app.router.add_get("/v1/files/{file_id}/content", _file_content)
+    app.router.add_post("/v1/batches", _create_batch)
+    app.router.add_get("/v1/batches", _list_batches)
+    app.router.add_get("/v1/batches/{batch_id}", _get_batch)
+    app.router.add_post("/v1/batches/{batch_id}/cancel", _cancel_batch)
     app.router.add_get("/health", _health)
     app.router.add_get("/stats", _stats)
+
+    async def stop_jobs(app: web.Application) -> None:
+        await jobs.aclose()
+
+    app.on_cleanup.append(stop_jobs)
     return app
 
 
