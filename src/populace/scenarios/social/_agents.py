@@ -93,7 +93,7 @@ class Shard:
             origin = data.origin[first][np.searchsorted(roots, made.root)]
             self._feeds = Feeds(member, made.indptr, made.root, made.via,
                                 made.author.astype(np.int64), made.shares, same, origin)
-            self._row = {int(m): i for i, m in enumerate(made.member)}
+            self._row = {int(m): i for i, m in enumerate(member)}  # global ids
         return self._feeds
 
     def decide(self, policy: str, params: ScriptedPolicy) -> tuple[np.ndarray, ...]:
