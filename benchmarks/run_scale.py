@@ -1,10 +1,12 @@
-"""The survey at scale: wall time per wave and peak memory of every process together.
+"""Any scenario at scale: wall time per step and peak memory of every process together.
 
 Runs ``populace run RUN_FILE`` as a child process (so Ray's raylet, GCS and workers are in
-the sampled process tree) and prints one JSON line::
+the sampled process tree) and prints one JSON line: creation, each step's wall time, the
+rows of every table, the peak memory::
 
-    .venv/bin/python benchmarks/survey_scale.py examples/survey/million.yaml
-    .venv/bin/python benchmarks/survey_scale.py examples/survey/million.yaml --agents 100000
+    .venv/bin/python benchmarks/run_scale.py examples/survey/million.yaml
+    .venv/bin/python benchmarks/run_scale.py examples/social/million.yaml
+    .venv/bin/python benchmarks/run_scale.py examples/survey/million.yaml --agents 100000
 """
 
 from __future__ import annotations
@@ -42,10 +44,11 @@ def main() -> None:
         if done.returncode != 0:
             sys.exit(f"populace run exited with {done.returncode}")
         summary = json.loads((out / "summary.json").read_text())
-        rows = pq.ParquetFile(out / "answers.parquet").metadata.num_rows
+        rows = {name: pq.ParquetFile(out / f"{name}.parquet").metadata.num_rows
+                for name in summary.get("tables", [])}
         print(json.dumps({
             "run_file": str(args.run_file), "agents": summary["agents"],
-            "answers": rows, "create_s": summary.get("create_s"),
+            "rows": rows, "create_s": summary.get("create_s"),
             "step_s": [s["wall_s"] for s in summary["steps"]],
             "wall_s": round(wall, 2), "peak_rss_mb": round(peak.mb, 1),
         }))
