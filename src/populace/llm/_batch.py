@@ -114,6 +114,13 @@ class BatchModel:
         for task in [self._collector, *self._jobs]:
             if task is not None and not task.done():
                 task.cancel()
+        closed = ModelBadResponse(f"model {self.name!r}: closed with the call still in a batch",
+                                  cause="closed")
+        for _, futures in self._pending.values():  # nobody waits for ever on a closed client
+            for f in futures:
+                if not f.done():
+                    f.set_exception(closed)
+        self._pending = {}
         session, self._session = self._session, None
         if session is not None:
             await session.close()
@@ -129,9 +136,12 @@ class BatchModel:
                 await asyncio.sleep(self.window - quiet)
                 continue
             taken, self._pending = self._pending, {}
-            job = loop.create_task(self._send(taken))
-            self._jobs.add(job)
-            job.add_done_callback(self._jobs.discard)
+            keys = list(taken)
+            for start in range(0, len(keys), self.max_requests):  # no job over the limit
+                part = {k: taken[k] for k in keys[start:start + self.max_requests]}
+                job = loop.create_task(self._send(part))
+                self._jobs.add(job)
+                job.add_done_callback(self._jobs.discard)
 
     async def _send(self, taken: dict[str, Any]) -> None:
         started = time.monotonic()
@@ -140,7 +150,7 @@ class BatchModel:
                 answers = await self._run_files(taken)
             else:
                 answers = await self._run_api(taken)
-        except Exception as e:  # the whole job failed: every caller hears why
+        except BaseException as e:  # the whole job failed (or was closed): callers hear why
             error = e if isinstance(e, ModelError) else ModelBadResponse(
                 f"model {self.name!r}: batch job failed: {type(e).__name__}: {e}",
                 cause="batch failed")
@@ -148,6 +158,8 @@ class BatchModel:
                 for f in futures:
                     if not f.done():
                         f.set_exception(error)
+            if not isinstance(e, Exception):
+                raise  # cancelled: stop here too
             return
         latency = time.monotonic() - started
         for key, (_, futures) in taken.items():
