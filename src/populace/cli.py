@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -119,6 +120,10 @@ def _is(path: Path, test: Any, flag: str) -> bool:
 
 def _run_dir(target: Path, resume: bool, *, given: bool = True) -> RunDirectory:
     """The run directory at ``target`` (``given`` by --out, else the default name)."""
+    if not resume and os.path.islink(target) and not os.path.exists(target):  # no OSError
+        where = f"--out {target}" if given else str(target)
+        raise _Fail(f"{where}: a broken symbolic link (to {target.readlink()}); remove it or "
+                    "choose another directory", EXIT_CONFIG)
     try:
         return RunDirectory(target) if resume else RunDirectory.create(target)
     except FileExistsError as e:
@@ -175,6 +180,7 @@ def run(
     run_file = load_run_file(config, {"agents": agents, "steps": rounds, "seed": seed,
                                       "workers": workers, "backend": backend,
                                       "address": address})
+    _check_ray_address(run_file, config, given=address is not None)
     if replay is not None and not _is(replay / "llm_calls", Path.is_dir, "--replay") \
             and any(m.provider != "dummy" for m in run_file.options.models.values()):
         raise ConfigError(f"--replay {replay}: no llm_calls/ recording in that directory")
@@ -182,6 +188,32 @@ def run(
     run_dir = _run_dir(target, resume is not None, given=out_dir is not None)
     _launch(run_file, run_dir, resume=resume is not None, replay=replay,
             studio_port=studio_port if studio else None)
+
+
+def _check_ray_address(run_file: RunFile, config: Path, *, given: bool) -> None:
+    """A Ray address that names a host and port must answer a TCP connect within 5 s (ray.init
+    would otherwise wait, or fail with a traceback); ``given``: it came from --address."""
+    import importlib.util
+    import socket
+
+    from populace.launch._runfile import ray_host_port
+
+    o = run_file.options
+    if o.backend != "ray" or o.address is None:
+        return
+    found = ray_host_port(o.address)
+    if found is None:  # auto, local
+        return
+    flag = f"--address {o.address}" if given else f"{config}: address: {o.address}"
+    if o.address.startswith("ray://") and importlib.util.find_spec("grpc") is None:
+        raise _Fail(f"{flag}: ray:// needs the Ray Client: pip install 'ray[client]'",
+                    EXIT_CONFIG)
+    try:
+        socket.create_connection(found, timeout=5).close()
+    except OSError as e:
+        why = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        raise _Fail(f"{flag}: cannot connect to a Ray cluster there ({why})",
+                    EXIT_CONFIG) from None
 
 
 @app.command()
@@ -233,6 +265,7 @@ def _start_studio(run_dir: RunDirectory, port: int) -> tuple[Any, Any]:
     try:
         server = StudioServer(runs, port=port)
     except OSError as e:
+        run_dir.remove_if_empty()  # nothing ran: no empty run directory left behind
         raise _Fail(f"studio: cannot listen on 127.0.0.1:{port}: {e.strerror} (choose another "
                     "port with --studio-port)", 1) from None
     server.start()
@@ -255,6 +288,8 @@ def studio(
     """Serve the web studio: live runs, past runs and reports, agents; start and stop runs."""
     from populace.studio import Runs, StudioServer
 
+    if _is(runs, Path.exists, "--runs") and not runs.is_dir():  # missing: runs go there
+        raise _Fail(f"--runs {runs}: not a directory", EXIT_CONFIG)
     try:
         server = StudioServer(Runs(runs), host=host, port=port, token=token)
     except OSError as e:
@@ -624,10 +659,19 @@ def compare(
     from populace.results import write_comparison
 
     target = out_dir or Path(f"compare-{time.strftime('%Y%m%d-%H%M%S')}")
+    where = f"--out {target}" if out_dir is not None else str(target)
+    if _is(target, Path.exists, "--out") and not _is(target, Path.is_dir, "--out"):
+        raise _Fail(f"{where}: not a directory", EXIT_CONFIG)
     try:
         written = write_comparison(run_dirs, target)
     except FileNotFoundError as e:
+        if e.filename is not None and Path(e.filename).is_relative_to(target):
+            raise _Fail(f"{where}: cannot create the comparison: {e.strerror or e}",
+                        EXIT_CONFIG) from None
         raise _Fail(str(e), EXIT_CONFIG) from None
+    except OSError as e:  # under a file, read-only, /proc
+        raise _Fail(f"{where}: cannot create the comparison: {e.strerror or e}",
+                    EXIT_CONFIG) from None
     out.print(written.table)
     out.print(f"comparison: [bold]{written.path}[/bold]", soft_wrap=True)
 
@@ -666,10 +710,15 @@ def main() -> None:
         err.print("[red]aborted[/red]")
         sys.exit(1)
     except Exception as e:  # click usage errors come through here in non-standalone mode
-        if isinstance(e, _usage_errors()) and hasattr(e, "show"):
-            e.show()
-            sys.exit(getattr(e, "exit_code", 2))
-        raise
+        if not isinstance(e, _usage_errors()):
+            raise
+        usage: Any = e
+        if type(e).__name__ == "NoArgsIsHelpError" or not hasattr(e, "format_message"):
+            usage.show()  # `populace` alone: the help text
+        else:  # a bad flag value, an unknown option, a missing argument: one line
+            err.print(f"[red]error:[/red] {_line(usage.format_message())}", highlight=False,
+                      soft_wrap=True)
+        sys.exit(getattr(e, "exit_code", EXIT_CONFIG))
 
 
 def _usage_errors() -> tuple[type[Exception], ...]:

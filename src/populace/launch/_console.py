@@ -13,6 +13,12 @@ from ._runfile import RunFile
 from ._scenario import _cell, _scalar
 
 
+def warned_steps(summary: dict[str, Any]) -> int:
+    """How many steps of ``summary`` warned (:meth:`Run.warn`, or failed answers)."""
+    return sum(1 for e in summary.get("steps") or () if isinstance(e, dict)
+               and (e.get("warnings") or e.get("failed")))
+
+
 class ConsoleObserver:
     """An :class:`~populace.launch.Observer` that draws on a rich console."""
 
@@ -27,6 +33,7 @@ class ConsoleObserver:
         self._steps = 0
         self._describe: Any = None
         self._shown: tuple[str, ...] | None = None
+        self.warned = 0  # steps of the finished run with warnings or failed answers
 
     def run_started(self, run_file: RunFile, summary: dict[str, Any]) -> None:
         self._steps = run_file.options.steps
@@ -59,6 +66,9 @@ class ConsoleObserver:
                 f"[yellow]warning:[/yellow] step {t}: {failed['answers']:,} of "
                 f"{failed['of']:,} answers failed (most common: {escape(worst[0])} "
                 f"×{worst[1]:,}: {escape(failed['example'])})", soft_wrap=True)
+        for warning in entry.get("warnings") or ():
+            self.errors.print(f"[yellow]warning:[/yellow] step {t}: {escape(str(warning))}",
+                              soft_wrap=True)
         line = self._describe(t, self._steps, entry)
         self.console.print(f"{escape(line)} [dim]({entry['wall_s']:.2f} s)[/dim]",
                            soft_wrap=True)  # one line per step, even in a narrow terminal
@@ -71,6 +81,12 @@ class ConsoleObserver:
 
     def run_finished(self, summary: dict[str, Any]) -> None:
         self._clear()
+        self.warned = warned_steps(summary)
+        if self.warned:
+            done = len(summary.get("steps") or ())
+            self.errors.print(f"[yellow]warning:[/yellow] {self.warned:,} of {done:,} steps "
+                              "warned (see each step's warnings in summary.json)",
+                              soft_wrap=True)
 
     def table(self, summary: dict[str, Any], most: int = 6) -> Table:
         """Steps × metrics of a finished run: the scenario's ``shown`` metrics, else the

@@ -149,8 +149,9 @@ def _user_modules(run_file: RunFile) -> list[str]:
 
 
 def _check_replay(run_file: RunFile, replay: Path) -> None:
-    """A recording answers only the run that made it: refuse another seed, more agents or
-    another scenario up front (each call would miss, one by one)."""
+    """A recording answers only the run that made it: refuse another seed, more agents,
+    another scenario or other models (names, providers, model strings) up front (each call
+    would miss, or be answered by another model's recording, one by one)."""
     made = RunDirectory(replay).read_config()
     if not made:
         raise ConfigError(f"--replay {replay}: no config.yaml there (not a run directory?)")
@@ -166,6 +167,24 @@ def _check_replay(run_file: RunFile, replay: Path) -> None:
     if isinstance(theirs["agents"], int) and o.agents > theirs["agents"]:
         raise ConfigError(f"--replay {replay}: that run had {theirs['agents']} agents, this "
                           f"one has {o.agents}; a recording answers only the agents it saw")
+    made_models = made.get("models")
+    if isinstance(made_models, dict):  # each model's calls are recorded under its name
+        def described(models: dict[str, Any]) -> dict[str, str]:
+            out = {}
+            for name, m in models.items():
+                m = m.model_dump(mode="json") if hasattr(m, "model_dump") else m
+                m = m if isinstance(m, dict) else {}
+                what = str(m.get("provider", "?"))
+                out[str(name)] = what + (f" {m['model']}" if m.get("model") else "")
+            return out
+
+        was, now = described(made_models), described(dict(o.models))
+        if was != now:
+            def show(d: dict[str, str]) -> str:
+                return ", ".join(f"{k} ({v})" for k, v in sorted(d.items())) or "none"
+            raise ConfigError(f"--replay {replay}: that run was made with models {show(was)}, "
+                              f"this one has {show(now)}; a recording answers only the "
+                              "models that made it")
 
 
 def _summary(run_file: RunFile) -> dict[str, Any]:
@@ -190,7 +209,14 @@ def _resume_point(run_dir: RunDirectory, summary: dict[str, Any]) -> tuple[int, 
         if key in before and before[key] != summary[key]:
             raise ConfigError(f"{run_dir.path}: cannot resume with {key} {summary[key]}: the "
                               f"run was made with {key} {before[key]}")
-    point = latest_checkpoint(run_dir.path, up_to=len(before.get("steps", [])))
+    done_before = len(before.get("steps", []))
+    if done_before > summary["steps_planned"]:  # the run file asks for fewer than were played
+        config = run_dir.read_config()
+        key = "rounds" if "rounds" in config else "steps"
+        raise ConfigError(f"{run_dir.config_path}: cannot resume with {key} "
+                          f"{summary['steps_planned']}: the run has already played "
+                          f"{done_before}; restore {key} to at least {done_before}")
+    point = latest_checkpoint(run_dir.path, up_to=done_before)
     done = point[0] if point is not None else 0
     digests = point[1].get("parts", {}) if point is not None else {}
     damaged = run_dir.damaged_parts(digests)

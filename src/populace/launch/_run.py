@@ -125,6 +125,7 @@ class Run:
         self._distributions: dict[str, dict[str, Any]] = {}
         self._collecting: tuple[PlaceholderSet[Any], tuple[str, Rows] | None] | None = None
         self._failed: dict[str, Any] | None = None
+        self._warnings: list[str] = []
         self._begin(0)
 
     # -- what the run is --------------------------------------------------------------------
@@ -251,6 +252,14 @@ class Run:
         """Report one value of series ``name`` for this step (summary, studio, report)."""
         self._metrics[name] = _plain(value)
 
+    def warn(self, message: str) -> None:
+        """Say that something went wrong in this step without failing the run (answers
+        that could not be used, say): kept in the step's summary entry under ``warnings``,
+        shown as ``warning: step N: …``, and counted in the run's last line."""
+        text = " ".join(str(message).split())[:500]
+        if text and text not in self._warnings:
+            self._warnings.append(text)
+
     def distribution(self, name: str, values: Any, *, range: tuple[float, float] | None = None,
                      bins: int = 20) -> None:
         """Report the distribution of per-agent ``values`` this step, as a histogram over
@@ -355,6 +364,7 @@ class Run:
         self._distributions = {}
         self._collecting = None
         self._failed = None
+        self._warnings = []
         self._rngs = {k: v for k, v in self._rngs.items() if k[1] == t}
 
     def _finish(self) -> tuple[dict[str, pa.Table], dict[str, Any]]:
@@ -366,4 +376,6 @@ class Run:
             entry["distributions"] = dict(self._distributions)
         if self._failed is not None:
             entry["failed"] = self._failed
+        if self._warnings:
+            entry["warnings"] = list(self._warnings)
         return tables, entry

@@ -28,7 +28,7 @@ from types import ModuleType
 from typing import Any, Literal
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from populace.config import format_error, key_text, read_yaml, unknown_key
 from populace.core import ConfigError
@@ -84,6 +84,13 @@ class RunOptions(BaseModel):
         description="inside a long step, save the answers received so far this often")
     settings: dict[str, Any] = Field(default_factory=dict, description="the scenario's own")
 
+    @field_validator("address")
+    @classmethod
+    def _address_form(cls, value: str | None) -> str | None:
+        if value is not None and value not in ("auto", "local") and ray_host_port(value) is None:
+            raise ValueError("expected auto, local, HOST:PORT or ray://HOST:PORT")
+        return value
+
     @model_validator(mode="after")
     def _address(self) -> RunOptions:
         if self.address is not None and self.backend != "ray":
@@ -92,6 +99,21 @@ class RunOptions(BaseModel):
 
     def backend_options(self) -> dict[str, Any]:
         return {"address": self.address} if self.backend == "ray" and self.address else {}
+
+
+def ray_host_port(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a Ray address ``HOST:PORT`` or ``ray://HOST:PORT`` (an IPv6 host
+    in brackets); None for any other form."""
+    rest = address.removeprefix("ray://")
+    host, sep, port = rest.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        return None
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or \
+            any(c.isspace() or c in "/[]@?#" for c in host):
+        return None
+    return host, int(port)
 
 
 @dataclass(frozen=True)
@@ -165,6 +187,10 @@ def _import_file(source: Path, path: Path) -> ModuleType:
         sys.path.insert(0, str(path.parent))
     try:
         spec.loader.exec_module(module)
+    except SystemExit as e:  # sys.exit() at import time: the run never started, not a success
+        del sys.modules[name]
+        raise ConfigError(f"{source}: scenario: {path.name} does not import: it calls "
+                          f"sys.exit({e.code!r}) when imported") from None
     except Exception as e:  # the user's file: say where it broke, in one line
         del sys.modules[name]
         what = e.msg if isinstance(e, SyntaxError) else e  # its str() repeats the line

@@ -19,6 +19,8 @@ from typing import Any
 
 from populace.core import PopulaceError
 
+from ._rundir import DamagedRunFile, open_run_file
+
 _MAGIC = "populace-checkpoint/2"
 
 
@@ -86,24 +88,40 @@ def write_checkpoint(run_dir: str | Path, round_no: int, state: Any) -> Path:
 
 
 def read_checkpoint(path: str | Path) -> tuple[int, Any]:
-    """``(round, state)`` from one checkpoint file, verified; raises CheckpointError."""
+    """``(round, state)`` from one checkpoint file, verified; raises CheckpointError.
+    A checkpoint that is not a regular file (a FIFO, a link to a device) is a
+    DamagedRunFile: never read, never skipped as if it were merely damaged."""
     p = Path(path)
     try:
-        with open(p, "rb") as f:
-            header = json.loads(f.readline())
-            body = f.read()
-    except (OSError, ValueError) as e:
+        with open_run_file(p) as f:
+            size = os.fstat(f.fileno()).st_size
+            line = f.readline(4096)
+            header = json.loads(line)
+            if not isinstance(header, dict) or header.get("format") != _MAGIC:
+                raise CheckpointError(f"{p}: not a populace checkpoint")
+            n = header.get("bytes")
+            if not isinstance(n, int) or isinstance(n, bool) or n != size - len(line):
+                raise CheckpointError(f"{p}: checksum mismatch (the file is damaged)")
+            body = f.read(n)
+    except DamagedRunFile:
+        raise
+    except (OSError, ValueError, RecursionError) as e:
         raise CheckpointError(f"{p}: unreadable checkpoint ({e})") from None
-    if not isinstance(header, dict) or header.get("format") != _MAGIC:
-        raise CheckpointError(f"{p}: not a populace checkpoint")
-    if len(body) != header.get("bytes") or hashlib.sha256(body).hexdigest() != header.get("sha256"):
+    if len(body) != n or hashlib.sha256(body).hexdigest() != header.get("sha256"):
         raise CheckpointError(f"{p}: checksum mismatch (the file is damaged)")
-    return int(header["round"]), _loads(body)
+    round_no = header.get("round")
+    if not isinstance(round_no, int) or isinstance(round_no, bool):
+        raise CheckpointError(f"{p}: not a populace checkpoint (no round number)")
+    return round_no, _loads(body)
 
 
 def latest_checkpoint(run_dir: str | Path, up_to: int | None = None) -> tuple[int, Any] | None:
     """The newest valid checkpoint at or before round ``up_to`` (any round if None)."""
-    for path in sorted((Path(run_dir) / "checkpoints").glob("round-*.ckpt"), reverse=True):
+    directory = Path(run_dir) / "checkpoints"
+    if os.path.lexists(directory) and not directory.is_dir():
+        raise DamagedRunFile(f"{directory}: not a directory (the run's checkpoints belong "
+                             "there); restore it, or start the run again")
+    for path in sorted(directory.glob("round-*.ckpt"), reverse=True):
         try:
             round_no, state = read_checkpoint(path)
         except CheckpointError:

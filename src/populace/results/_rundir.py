@@ -19,17 +19,22 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import json
 import math
 import os
 import secrets
-from collections.abc import Callable
+import stat
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
+
+from populace.core import ConfigError
 
 
 def _new_temp(path: Path) -> Path:
@@ -69,10 +74,93 @@ def _write_parquet(path: Path, table: pa.Table) -> None:
     _replace(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
 
-def _sha256(path: Path) -> str | None:
+class DamagedRunFile(ConfigError, ValueError):
+    """A file of a run directory that cannot be what it should: not a regular file (a FIFO,
+    a device, a directory), too large, or not of its format. ``str(err)`` is one line naming
+    the file; a ValueError too, so callers that skip unreadable runs catch it."""
+
+
+#: The most bytes a small run file (summary.json, a checkpoint header) is read to.
+SMALL_LIMIT = 256 << 20
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a plain file"
+
+
+@contextmanager
+def open_run_file(path: str | Path) -> Iterator[io.BufferedReader[io.FileIO]]:
+    """``path`` opened for reading, binary, once it is known to be a regular file: the one
+    way every reader of a run directory opens a file. A symlink is followed only by
+    ``os.stat`` (a link to ``/dev/zero`` is refused, never read); the open is non-blocking,
+    so a FIFO swapped in cannot hang it. FileNotFoundError when absent, DamagedRunFile when
+    not a regular file."""
+    p = Path(path)
+    if not stat.S_ISREG(os.stat(p).st_mode):
+        raise DamagedRunFile(f"{p}: not a regular file ({_kind(os.stat(p).st_mode)})")
+    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
-        with open(path, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise DamagedRunFile(f"{p}: not a regular file ({_kind(mode)})")
+        os.set_blocking(fd, True)
+        f = io.BufferedReader(io.FileIO(fd, "rb"))
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
+        yield f
+
+
+def read_run_bytes(path: str | Path, limit: int = SMALL_LIMIT) -> bytes:
+    """The bytes of run file ``path`` (see :func:`open_run_file`), at most ``limit`` of
+    them: a larger file is a DamagedRunFile."""
+    with open_run_file(path) as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise DamagedRunFile(f"{path}: larger than {limit:,} bytes; not a file of a run")
+    return data
+
+
+def read_parquet(path: str | Path, **options: Any) -> pa.Table:
+    """Parquet file ``path`` of a run directory; a file that is not one (cut short,
+    garbage, not a regular file) is a DamagedRunFile naming it."""
+    try:
+        with open_run_file(path) as f:
+            return pq.read_table(f, **options)
+    except (pa.ArrowException, ValueError, OSError) as e:
+        if isinstance(e, DamagedRunFile | FileNotFoundError):
+            raise
+        why = " ".join(str(e).split()) or type(e).__name__
+        raise DamagedRunFile(f"{path}: not a readable Parquet file ({why})") from None
+
+
+def _read_schema(path: Path) -> pa.Schema:
+    try:
+        with open_run_file(path) as f:
+            return pq.read_schema(f)
+    except (pa.ArrowException, ValueError, OSError) as e:
+        if isinstance(e, DamagedRunFile | FileNotFoundError):
+            raise
+        raise DamagedRunFile(f"{path}: not a readable Parquet file ({e})") from None
+
+
+def _sha256(path: Path) -> str | None:
+    """The SHA-256 of ``path``; None when absent or unreadable, DamagedRunFile when not a
+    regular file."""
+    try:
+        with open_run_file(path) as f:
             return hashlib.file_digest(f, "sha256").hexdigest()
+    except DamagedRunFile:
+        raise
     except OSError:
         return None
 
@@ -227,15 +315,18 @@ class RunDirectory:
     def read_config(self) -> dict[str, Any]:
         """``config.yaml`` as a mapping; empty when absent or unreadable."""
         try:
-            data = yaml.safe_load(self.config_path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError):
+            data = yaml.safe_load(read_run_bytes(self.config_path).decode("utf-8"))
+        except (OSError, ValueError, yaml.YAMLError, RecursionError):
             return {}
         return data if isinstance(data, dict) else {}
 
     def read_profiles(self) -> pa.Table | None:
         """``profiles.parquet`` (``agent_id`` and profile columns), None when absent."""
         path = self.path / "profiles.parquet"
-        return pq.read_table(path) if path.exists() else None
+        try:
+            return read_parquet(path)
+        except FileNotFoundError:
+            return None
 
     def table_names(self) -> list[str]:
         """The per-step tables of the run, sorted: those the summary lists and those with
@@ -273,12 +364,12 @@ class RunDirectory:
         if not parts:
             return None
         out = self.path / f"{name}.parquet"
-        schema = pq.read_schema(parts[0])
+        schema = _read_schema(parts[0])
 
         def join(tmp: Path) -> None:
             with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
                 for part in parts:
-                    writer.write_table(pq.read_table(part, schema=schema))
+                    writer.write_table(read_parquet(part, schema=schema))
 
         _replace(out, join)
         return out
@@ -304,12 +395,23 @@ def read_table(run_dir: str | Path, name: str | None = None) -> pa.Table:
     if name is None:
         name = _only_table(d)
     whole = d / f"{name}.parquet"
-    if whole.exists():
-        return pq.read_table(whole)
     parts = _parts(d / "parts", name)
+    if os.path.lexists(whole):
+        table = read_parquet(whole)
+        if parts and table.schema.names != _read_schema(parts[0]).names:
+            raise DamagedRunFile(
+                f"{whole}: its columns ({', '.join(table.schema.names[:5])}) are not those "
+                f"of its step files in parts/ ({', '.join(_read_schema(parts[0]).names[:5])}"
+                f"); it is not this run's {name} table: restore it, or remove it to read the "
+                "step files")
+        return table
     if not parts:
         raise FileNotFoundError(f"{d} has no {name}.parquet and no step files of it")
-    return pa.concat_tables(pq.read_table(p) for p in parts)
+    try:
+        return pa.concat_tables(read_parquet(p) for p in parts)
+    except pa.ArrowInvalid as e:  # step files of different columns
+        raise DamagedRunFile(f"{d / 'parts'}: the step files of {name!r} do not fit "
+                             f"together ({' '.join(str(e).split())})") from None
 
 
 def read_partial(run_dir: str | Path, name: str | None = None
@@ -330,13 +432,36 @@ def read_partial(run_dir: str | Path, name: str | None = None
     if not parts:
         return None
     try:
-        return _step_of(parts[-1]), pq.read_table(parts[-1])
-    except pa.ArrowInvalid:
-        raise ValueError(f"partial/{parts[-1].name} is damaged (not a readable Parquet "
-                         "file)") from None
+        return _step_of(parts[-1]), read_parquet(parts[-1])
+    except DamagedRunFile as e:
+        if "not a regular file" in str(e):
+            raise
+        raise DamagedRunFile(f"partial/{parts[-1].name} is damaged (not a readable Parquet "
+                             "file)") from None
 
 
 def read_summary(run_dir: str | Path) -> dict[str, Any]:
-    """``RUN_DIR/summary.json``; FileNotFoundError when absent, ValueError when unreadable."""
-    summary: dict[str, Any] = json.loads((Path(run_dir) / "summary.json").read_text())
+    """``RUN_DIR/summary.json``; FileNotFoundError when absent, a DamagedRunFile (a
+    ValueError) naming it when it is not a regular file, not JSON, or not of a summary's
+    shape (an object; ``steps`` a list of objects, ``tables`` a list, ``wall_s`` a number)."""
+    path = Path(run_dir) / "summary.json"
+    data = read_run_bytes(path)
+    try:
+        summary = json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise DamagedRunFile(f"{path}: too deeply nested to be a run summary") from None
+    except ValueError as e:  # not UTF-8, not JSON
+        raise DamagedRunFile(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(summary, dict):
+        raise DamagedRunFile(f"{path}: a JSON {type(summary).__name__}, not an object: not a "
+                             "run summary")
+    steps = summary.get("steps", [])
+    if not isinstance(steps, list) or not all(isinstance(e, dict) for e in steps):
+        raise DamagedRunFile(f"{path}: 'steps' must be a list of objects, not "
+                             f"{type(steps).__name__}: not a run summary")
+    if not isinstance(summary.get("tables", []), list):
+        raise DamagedRunFile(f"{path}: 'tables' must be a list: not a run summary")
+    wall = summary.get("wall_s", 0.0)
+    if wall is not None and (isinstance(wall, bool) or not isinstance(wall, int | float)):
+        raise DamagedRunFile(f"{path}: 'wall_s' must be a number: not a run summary")
     return summary

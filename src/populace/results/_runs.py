@@ -491,7 +491,8 @@ def _same_split(codes: np.ndarray, other: np.ndarray) -> bool:
 
 
 def load_run(run_dir: str | Path) -> RunData:
-    """Load ``run_dir`` for analysis; raises FileNotFoundError if it holds no run at all.
+    """Load ``run_dir`` for analysis; raises FileNotFoundError if it holds no run at all, a
+    DamagedRunFile (a ConfigError and a ValueError) naming a file that is damaged.
 
     >>> run = load_run("runs/demo")  # doctest: +SKIP
     >>> run.metrics()["share_yes"]                                  # doctest: +SKIP
@@ -503,8 +504,10 @@ def load_run(run_dir: str | Path) -> RunData:
     directory = RunDirectory(path)
     try:
         summary: dict[str, Any] | None = directory.read_summary()
-    except (OSError, ValueError):
-        summary = None
+    except FileNotFoundError:
+        summary = None  # killed before its first step ended, or not a run's directory
+    # a summary.json that is there but damaged (not JSON, not an object, a FIFO) is a
+    # DamagedRunFile naming it: reported, never taken for a run that has no steps
     config = directory.read_config()
     if summary is None and not config and not directory.table_names():
         raise FileNotFoundError(f"{path} holds no run (no summary.json, config.yaml or "

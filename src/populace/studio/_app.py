@@ -17,8 +17,11 @@ Endpoints (all under the security rules of ``_security``)::
 Every error is ``{"error": "one line"}``: 400 for a request the studio refuses (a bad body
 or parameter, a run file it does not list), 401/403 from ``_security``, 404 for what does
 not exist (a run, a file, an agent, an id that cannot name one), 405 for a method a path
-does not take. An exception nothing expected is one line in the log and a 500
-``{"error": "internal error"}``, never a traceback.
+does not take, 409 for a run whose ``summary.json`` is damaged (the listing shows it with
+status ``damaged`` and the reason under ``error``). An exception nothing expected (any
+``BaseException`` but ``KeyboardInterrupt`` and a cancellation: ``SystemExit`` from a
+scenario's code too) is one line in the log and a 500 ``{"error": "internal error"}``,
+never a traceback.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ import populace
 from populace.results import RunSnapshot, run_snapshot
 
 from ._agents import AgentBrowser, AgentQueryError, UnknownAgent
-from ._runs import NotFound, Refused, Runs
+from ._runs import Damaged, NotFound, Refused, Runs
 from ._security import Guard, _refuse, is_loopback
 
 STATIC = Path(__file__).parent / "static"
@@ -95,6 +98,10 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
     async def refused(_: Request, e: Refused) -> JSONResponse:
         return JSONResponse({"error": str(e)}, status_code=400)
 
+    @app.exception_handler(Damaged)
+    async def damaged(_: Request, e: Damaged) -> JSONResponse:
+        return JSONResponse({"error": str(e)}, status_code=409)
+
     @app.exception_handler(AgentQueryError)
     async def bad_query(_: Request, e: AgentQueryError) -> JSONResponse:
         return JSONResponse({"error": str(e)}, status_code=400)
@@ -120,7 +127,7 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
 
     def view(run_id: str) -> RunSnapshot:
         live = runs.live(run_id)
-        return live.monitor.snapshot() if live is not None else run_snapshot(runs.path(run_id))
+        return live.monitor.snapshot() if live is not None else run_snapshot(runs.check(run_id))
 
     def snapshot(run_id: str) -> dict[str, Any]:
         snap = view(run_id).to_json()
@@ -197,14 +204,14 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
     @app.get("/api/runs/{run_id}/columns")
     def columns(run_id: str, table: str | None = None, step: int | None = None
                 ) -> dict[str, Any]:
-        return agents.columns(runs.path(run_id), table=table, step=step)
+        return agents.columns(runs.check(run_id), table=table, step=step)
 
     @app.get("/api/runs/{run_id}/agents")
     def search_agents(run_id: str, table: str | None = None, step: int | None = None,
                       agent_id: int | None = None, group: int | None = None,
                       attribute: str | None = None, value: str | None = None, page: int = 0,
                       size: int = 50) -> dict[str, Any]:
-        return agents.search(runs.path(run_id), table=table, step=step, agent_id=agent_id,
+        return agents.search(runs.check(run_id), table=table, step=step, agent_id=agent_id,
                              group=group, attribute=attribute, value=value, page=page,
                              size=size)
 
@@ -213,7 +220,7 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
         series = view(run_id).series
         metrics = {t: {k: v[i] for k, v in series.metrics.items() if v[i] is not None}
                    for i, t in enumerate(series.steps)}
-        return agents.agent(runs.path(run_id), agent_id, metrics=metrics)
+        return agents.agent(runs.check(run_id), agent_id, metrics=metrics)
 
     @app.get("/api/configs")
     def configs() -> list[str]:
@@ -269,9 +276,14 @@ class _InternalErrors:
 
         try:
             await self.app(scope, receive, tracked)
-        except Exception as e:  # the point: no exception reaches the server
-            while isinstance(e, ExceptionGroup) and len(e.exceptions) == 1:
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            raise
+        except BaseException as e:  # the point: no exception reaches the server (SystemExit
+            # from a scenario imported by a start request included)
+            while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
                 e = e.exceptions[0]
+            if isinstance(e, KeyboardInterrupt | asyncio.CancelledError):
+                raise e from None
             text = (str(e).splitlines() or [""])[0][:200]
             log.error("studio: %s %r failed: %s: %s", scope.get("method"), scope.get("path"),
                       type(e).__name__, text)

@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import re
 import stat
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +64,11 @@ class NotFound(PopulaceError, LookupError):
 
 class Refused(PopulaceError):
     """A request the studio will not carry out; the message is one line for the user."""
+
+
+class Damaged(PopulaceError):
+    """A run directory whose ``summary.json`` cannot be read as a summary; the message is
+    the one-line reason."""
 
 
 @dataclass
@@ -150,13 +157,32 @@ class Runs:
                     rows[p.name] = row
         return sorted(rows.values(), key=lambda r: (not r["live"], -(r["modified"] or 0)))
 
+    def check(self, run_id: str) -> Path:
+        """The directory of run ``run_id`` (:meth:`path`), :class:`Damaged` when it is not
+        live and its summary cannot be read."""
+        p = self.path(run_id)
+        if run_id not in self._live:
+            why = summary_problem(p)
+            if why is not None:
+                raise Damaged(f"run {run_id} is damaged: {why}")
+        return p
+
     def _row(self, path: Path, live: LiveRun | None) -> dict[str, Any] | None:
+        why = summary_problem(path) if live is None else None
+        if why is not None:
+            try:
+                modified: float | None = path.stat().st_mtime
+            except OSError:
+                modified = None
+            return {"id": path.name, "name": path.name, "status": "damaged", "error": why,
+                    "live": False, "agents": None, "steps_done": 0, "steps_planned": None,
+                    "wall_s": None, "modified": modified, "report": False, "tables": []}
         disk = run_snapshot(path)
         snap = live.monitor.snapshot() if live is not None else disk
         if live is None and snap.status == "unknown" and not _holds_run(path):
             return None  # a directory, not a run
         try:
-            modified: float | None = path.stat().st_mtime
+            modified = path.stat().st_mtime
         except OSError:
             modified = None
         return {
@@ -341,6 +367,15 @@ class Runs:
             run = load_run_file(path, given)
         except ConfigError as e:
             raise Refused(str(e)) from None
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            raise
+        except BaseException as e:  # a scenario's code run on import: SystemExit, a bug
+            frames = traceback.extract_tb(e.__traceback__)
+            where = f" in {Path(frames[-1].filename).name} line {frames[-1].lineno}" \
+                if frames else ""
+            text = " ".join(str(e).split())[:200]
+            raise Refused(f"{ref}: loading it raised {type(e).__name__}"
+                          f"{f': {text}' if text else ''}{where}") from None
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         base = re.sub(r"[^A-Za-z0-9._-]+", "-", run.name).strip("-.") or "run"
@@ -389,6 +424,54 @@ class Runs:
         for live in started:
             if live.thread is not None:
                 live.thread.join(max(0.0, deadline - time.monotonic()))
+
+
+MAX_SUMMARY = 64 << 20  # bytes of a summary.json the studio reads
+
+
+def summary_problem(run_dir: Path) -> str | None:
+    """Why ``run_dir/summary.json`` cannot be read as a summary (one line); None when it is
+    a JSON object, or absent (a run that has not written one yet). Never blocks: anything
+    but a regular file is refused before it is opened, and it is opened non-blocking."""
+    path = run_dir / "summary.json"
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"summary.json cannot be read ({e.strerror or type(e).__name__})"
+    if stat.S_ISLNK(info.st_mode):
+        try:
+            info = path.stat()
+        except OSError:
+            return "summary.json is a broken link"
+    if not stat.S_ISREG(info.st_mode):
+        return "summary.json is not a regular file"
+    if info.st_size > MAX_SUMMARY:
+        return f"summary.json is over {MAX_SUMMARY >> 20} MiB"
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        return f"summary.json cannot be read ({e.strerror or type(e).__name__})"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced since the check
+            return "summary.json is not a regular file"
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(MAX_SUMMARY + 1)
+    except OSError as e:
+        return f"summary.json cannot be read ({e.strerror or type(e).__name__})"
+    finally:
+        os.close(fd)
+    try:
+        summary = json.loads(data)
+    except RecursionError:
+        return "summary.json is nested too deeply"
+    except ValueError as e:  # not JSON, not UTF-8
+        return f"summary.json is not valid JSON ({' '.join(str(e).split())[:100]})"
+    if not isinstance(summary, dict):
+        return f"summary.json is not a JSON object (a {type(summary).__name__})"
+    return None
 
 
 def _holds_run(path: Path) -> bool:

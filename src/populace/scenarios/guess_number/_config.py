@@ -89,7 +89,8 @@ class GameConfig(_Strict):
                                "in its conversation")
     temperature: float | None = Field(None, ge=0, le=2)
     max_tokens: int | None = Field(None, ge=1, description="cap on each answer's tokens")
-    groups: int = Field(1, ge=1, description="number of groups agents are dealt into")
+    groups: int = Field(1, ge=1, le=1_000_000_000, description="number of groups agents are "
+                        "dealt into (at most MAX_AGENTS)")
     on_model_error: Literal["continue", "stop"] = Field(
         "continue", description="when a participant gets no answer after every retry: "
         "continue (its row is invalid, with the reason) or stop the run, resumable later")

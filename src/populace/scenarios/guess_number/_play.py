@@ -315,6 +315,8 @@ class GuessNumber(Scenario):
         for key, value in last.as_dict().items():
             run.metric(key, value)
         run.metric("usage", _usage(table, config))
+        if last.n_valid == 0 and table.num_rows:
+            run.warn(_no_valid_answer(table))
         if scores is not None:
             run.metric("winner_group", scores.winner_group)
             run.metric("group_mean", scores.mean)
@@ -330,6 +332,22 @@ class GuessNumber(Scenario):
         from ._figures import figures
 
         return figures(run)
+
+
+def _no_valid_answer(table: pa.Table) -> str:
+    """The warning for a round in which no answer was a usable number: how many, and the
+    first answer's text (or error) to see why."""
+    raws = [r for r in table.column("raw").to_pylist() if r]
+    errors = [e for e in table.column("error").to_pylist() if e]
+    if raws:
+        example = " ".join(raws[0].split())
+        example = f"first answer: {example[:80]!r}" + ("…" if len(example) > 80 else "")
+    elif errors:
+        example = f"first error: {' '.join(errors[0].split())[:120]}"
+    else:
+        example = "no answer had any text"
+    return (f"no valid answer: 0 of {table.num_rows:,} answers were a usable number "
+            f"({example})")
 
 
 def _fmt(value: float | None, spec: str = ".2f") -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -118,7 +118,7 @@ class Social(Scenario):
     class Settings(ScenarioSettings):
         graph: GraphSettings = GraphSettings()
         feed: FeedSettings = FeedSettings()
-        active: float | ActivitySettings = 0.3
+        active: Annotated[float, Field(strict=True, ge=0, le=1)] | ActivitySettings = 0.3
         policy: Literal["scripted", "dummy", "model"] = "scripted"
         scripted: ScriptedSettings = ScriptedSettings()
         model: str | None = None
@@ -153,10 +153,15 @@ class Social(Scenario):
             if item.step > steps:
                 raise fail(f"news.{i}.step", f"step {item.step} is after the last step "
                            f"({steps})")
-            for aspect in item.where or {}:
+            for aspect, value in (item.where or {}).items():
                 if aspect not in aspects:
                     raise fail(f"news.{i}.where.{aspect}", f"not an aspect of the "
                                f"population {have}")
+                spec = population["aspects"][aspect]
+                values = spec.get("values") if isinstance(spec, dict) else None
+                if isinstance(values, list | dict) and value not in map(str, values):
+                    raise fail(f"news.{i}.where", f"no agent has {item.where}: "
+                               f"{aspect} is one of {', '.join(map(str, values))}")
         models = list(data.get("models") or {"dummy": None})
         model = settings.model or (models[0] if len(models) == 1 else None)
         if settings.policy == "model":
@@ -286,7 +291,7 @@ class Social(Scenario):
                 mask &= column == value
             pool = np.flatnonzero(mask)
             if not pool.size:
-                raise ConfigError(f"settings.news.{i}.where: no agent has "
+                raise ConfigError(f"{run.run_file.path}: settings.news.{i}.where: no agent has "
                                   f"{item.where} in this population")
             authors = np.sort(run.rng(f"news-{i}").choice(
                 pool, size=min(item.authors, pool.size), replace=False))
@@ -347,6 +352,11 @@ class Social(Scenario):
             exposed = np.array([r[3] for r in ok], np.int16)
             same = np.array([r[4] for r in ok], np.int16)
             raws: list[str] | None = [r[5] for r in ok]
+            if ok and not any(_readable(r) for r in raws or ()):
+                reply = " ".join(str(raws[0] if raws else "").split())
+                run.warn(f"none of the {len(ok):,} model replies could be read as an action "
+                         f"(each counts as 'nothing'; first reply: {reply[:80]!r}"
+                         f"{'…' if len(reply) > 80 else ''})")
         else:
             params = ScriptedPolicy(**s.scripted.model_dump())
             parts = await run.collect(self._firsts().map(Person.decide, s.policy, params))
@@ -490,3 +500,16 @@ class Social(Scenario):
             return []
         *tables, by = inputs
         return report_tables(*tables, aspect=by)
+
+
+def _readable(reply: str | None) -> bool:
+    """Does a model's reply hold a JSON object naming an action (what ``parse_action``
+    reads; an unreadable reply is taken as ``nothing``)?"""
+    from ._policy import _OBJECT
+
+    found = _OBJECT.search(reply or "")
+    try:
+        data = json.loads(found.group(0)) if found else None
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and data.get("action") in ACTIONS

@@ -319,8 +319,11 @@ def load_questionnaire(value: str | Mapping[str, Any], source: Path) -> tuple[Qu
     also the name errors are reported under."""
     if isinstance(value, str):
         path = (source.parent / value)
-        if not path.is_file():
-            raise ConfigError(f"{source}: settings.questionnaire: no such file {path}")
+        if not path.is_file():  # missing, a directory, a device: read_yaml says which
+            try:
+                read_yaml(path)
+            except ConfigError as e:
+                raise ConfigError(f"{source}: settings.questionnaire: {e}") from None
         return validate(read_yaml(path), Questionnaire, str(path)), str(path)
     where = f"{source}: settings.questionnaire"
     return validate(dict(value), Questionnaire, where), where

@@ -288,6 +288,7 @@ class Survey(Scenario):
         sums = np.zeros(len(q.questions))
         index = {x.id: i for i, x in enumerate(q.questions)}
         n = valid_n = calls = ptok = ctok = errors = respondents = 0
+        first_error: str | None = None
         for table in tables:
             n += table.num_rows
             valid = table.column("valid").to_numpy(zero_copy_only=False)
@@ -296,6 +297,9 @@ class Survey(Scenario):
             ptok += int(pc.sum(table.column("prompt_tokens")).as_py() or 0)
             ctok += int(pc.sum(table.column("completion_tokens")).as_py() or 0)
             errors += table.num_rows - table.column("error").null_count
+            if first_error is None and table.column("error").null_count < table.num_rows:
+                first_error = next(str(e) for e in table.column("error").to_pylist()
+                                   if e is not None)
             agents = table.column("agent_id").to_numpy()
             respondents += int(np.count_nonzero(np.diff(agents))) + 1 if agents.size else 0
             encoded = pc.dictionary_encode(table.column("question")).combine_chunks()
@@ -314,6 +318,13 @@ class Survey(Scenario):
         run.metric("prompt_tokens", ptok)
         run.metric("completion_tokens", ctok)
         run.metric("failed_questions", errors)
+        example = f" (first error: {' '.join(first_error.split())[:120]})" \
+            if first_error else ""
+        if n and valid_n == 0:
+            run.warn(f"no valid answer: 0 of {n:,} answers could be used; {errors:,} "
+                     f"question(s) failed{example}")
+        elif errors:
+            run.warn(f"{errors:,} of {n:,} question(s) failed{example}")
         if self.arms is not None:
             arms = np.bincount(self.arms, minlength=len(self.arm_names))
             run.metric("arms", dict(zip(self.arm_names, arms.tolist(), strict=True)))
