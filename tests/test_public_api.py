@@ -45,7 +45,7 @@ API: dict[str, set[str]] = {
         "MAX_RECOVERIES", "Measure", "ModelEstimate", "Observer", "PILOT_AGENTS", "estimate",
         "Rows", "Run", "RunFile", "RunOptions", "STATUSES", "Scenario",
         "ScenarioFailed", "ScenarioSettings", "StepAbandoned", "Terminated", "as_numbers",
-        "launch", "load_run_file", "parse_run_file", "resolve_scenario",
+        "launch", "load_run_file", "parse_run_file", "ray_host_port", "resolve_scenario",
         "run_until_signalled", "scenario_of", "where"},
     "populace.results": {
         "Breakdown", "CheckpointError", "Comparison", "Report", "RunData", "RunDirectory",

@@ -196,7 +196,7 @@ def _check_ray_address(run_file: RunFile, config: Path, *, given: bool) -> None:
     import importlib.util
     import socket
 
-    from populace.launch._runfile import ray_host_port
+    from populace.launch import ray_host_port
 
     o = run_file.options
     if o.backend != "ray" or o.address is None:

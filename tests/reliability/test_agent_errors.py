@@ -54,7 +54,7 @@ def test_agents_that_raise_are_isolated_and_reported(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
     helpers: Any,
 ) -> None:
-    monkeypatch.setattr(modelset_module, "build_model", lambda name, config: Brittle(name))
+    monkeypatch.setattr(modelset_module, "build_model", lambda name, config, **_: Brittle(name))
     path = helpers.write_run_file(
         tmp_path, agents=AGENTS, rounds=ROUNDS, seed=SEED,
         models={"dummy": {"provider": "dummy", "latency": 0.0}})
@@ -64,10 +64,13 @@ def test_agents_that_raise_are_isolated_and_reported(
 
     captured = capsys.readouterr()
     n_valid = AGENTS - AGENTS // 6 * len(FAILURES)
-    # Every round says, in one warning line, how many answers failed and why.
+    # Every round says, in one warning line, how many answers failed and why; the run's
+    # last line counts the steps that warned.
     assert captured.err.splitlines() == [
-        f"warning: step {r}: {AGENTS - n_valid} of {AGENTS} answers failed (most common: "
-        f"ZeroDivisionError ×{AGENTS // 6}: division by zero)" for r in range(1, ROUNDS + 1)]
+        *(f"warning: step {r}: {AGENTS - n_valid} of {AGENTS} answers failed (most common: "
+          f"ZeroDivisionError ×{AGENTS // 6}: division by zero)" for r in range(1, ROUNDS + 1)),
+        f"warning: {ROUNDS} of {ROUNDS} steps warned (see each step's warnings in "
+        "summary.json)"]
     for r in range(1, ROUNDS + 1):  # the count of valid answers is shown for every round
         assert f"round {r}/{ROUNDS}: n={AGENTS} valid={n_valid} " in captured.out
     table = read_table(out)

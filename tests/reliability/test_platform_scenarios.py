@@ -335,7 +335,8 @@ def test_a_social_run_with_the_dummy_policy_replays_to_the_same_tables(
 def test_a_survey_replays_from_its_recording_with_the_model_unreachable(
         tmp_path: Path, survey_done: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # The same model name (it keys the recording), now an OpenAI server nobody listens on.
+    # The same model name (it keys the recording), now an OpenAI server nobody listens on:
+    # no model answers live, and a recording of another model is refused up front.
     nobody = {"scripted": {"provider": "openai", "model": "nobody", "max_retries": 0,
                            "timeout": 2, "base_urls": ["http://127.0.0.1:9/v1"]}}
     path = survey_file(tmp_path, models=nobody)
@@ -343,7 +344,12 @@ def test_a_survey_replays_from_its_recording_with_the_model_unreachable(
                                      tmp_path / "live")
     assert code == 2 and "cannot reach http://127.0.0.1:9/v1" in stderr, stderr  # no model
     code, _, stderr = run_in_process(capsys, monkeypatch, "run", path, "--out",
-                                     tmp_path / "rep", "--replay", survey_done)
+                                     tmp_path / "other", "--replay", survey_done)
+    assert code == 2 and stderr.count("\n") == 1, stderr
+    assert "a recording answers only the models that made it" in stderr
+    # The run file that made the recording replays it: every answer from the recording.
+    code, _, stderr = run_in_process(capsys, monkeypatch, "run", survey_file(tmp_path),
+                                     "--out", tmp_path / "rep", "--replay", survey_done)
     assert code == 0, stderr[-3000:]
     summary = read_summary(tmp_path / "rep")
     assert summary["status"] == "completed"
