@@ -42,3 +42,29 @@ def test_jitter_is_validated() -> None:
         DummyConfig.model_validate({"provider": "dummy", "jitter": -0.1})
     model = build_model("d", DummyConfig.model_validate({"provider": "dummy", "jitter": 0.3}))
     assert isinstance(model, DummyModel) and model.jitter == 0.3
+
+
+async def test_a_json_response_format_gets_the_number_in_the_schema() -> None:
+    """The structured protocol on the dummy model: the number is the plain answer's,
+    written into the schema's number fields (found by the config fuzz test: every answer
+    was invalid)."""
+    import json
+
+    from populace.scenarios.guess_number._prompts import RESPONSE_SCHEMA
+
+    model = DummyModel(latency=0)
+    plain = await model.complete([], seed=7)
+    structured = await model.complete([], seed=7, response_format=RESPONSE_SCHEMA)
+    data = json.loads(structured.text)
+    assert data["number"] == int(plain.text)
+
+
+async def test_the_structured_game_on_the_dummy_model_has_valid_answers(tmp_path) -> None:
+    from populace.launch import launch, load_run_file
+    from populace.results import RunDirectory, read_table
+
+    path = tmp_path / "run.yaml"
+    path.write_text("agents: 20\nrounds: 1\nmodels:\n  dummy:\n    provider: dummy\n"
+                    "    latency: 0\ngame:\n  protocol: structured\n")
+    await launch(load_run_file(path), RunDirectory.create(tmp_path / "out"))
+    assert read_table(tmp_path / "out").column("valid").to_pylist() == [True] * 20

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import os
 import sys
 import types
 import typing
@@ -172,7 +173,8 @@ def _cheap(config: RunConfig) -> bool:
                     for m in config.models.values()))
 
 
-@settings(max_examples=150, deadline=None, database=None,
+@settings(max_examples=int(os.environ.get("POPULACE_FUZZ_EXAMPLES", "150")), deadline=None,
+          database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.filter_too_much])
 @given(text=run_files)

@@ -14,12 +14,15 @@ from populace.core import mix64
 
 from ._base import ChatMessage, Completion, ModelStats
 from ._latency import SimulatedLatency
+from ._replies import is_structured, json_answer
 
 _JITTER = 0x5EED_1A7E
 
 
 class DummyModel:
-    """Answers ``str(n)`` with ``n`` uniform in ``[low, high]``, determined by ``seed``.
+    """Answers ``str(n)`` with ``n`` uniform in ``[low, high]``, determined by ``seed``; a
+    request with a JSON ``response_format`` gets ``n`` in the schema's number fields, as a
+    server with structured decoding would answer it.
 
     Without a seed, answers come from an internal counter (still reproducible per client).
     """
@@ -62,7 +65,9 @@ class DummyModel:
             wait *= 1 + self.jitter * ((mix64(seed ^ _JITTER) % 2001) / 1000 - 1)
         await self._latency.wait(wait)
         number = self.low + mix64(seed) % self.span
-        return Completion(str(number), self.name, latency_s=wait)
+        text = json_answer(response_format, "", number) if is_structured(response_format) \
+            else str(number)
+        return Completion(text, self.name, latency_s=wait)
 
     def statistics(self) -> ModelStats:
         return ModelStats(self.name, self._requests, 0, self._latency.in_flight, 0, 0)
