@@ -6,7 +6,8 @@ Blocks run in order in one directory:
 - ``<!-- file: NAME -->`` before a fenced block writes the block to ``NAME``;
 - a ``console`` block's lines ``$ command  # exit N`` run in a shell (exit 0 unless given);
 - a ``python`` block runs; ``print(...)  # text`` says what must appear in its output;
-- a ``text`` block lists lines that the console commands before it wrote to stderr.
+- a ``text`` block lists lines that the console commands before it wrote to stderr
+  (``{here}`` stands for the directory they ran in).
 """
 
 from __future__ import annotations
@@ -50,5 +51,6 @@ def run_page(doc: Path, directory: Path) -> int:
             ran += 1
         elif lang == "text":  # the error lines the page promises
             for line in body.strip().splitlines():
+                line = line.replace("{here}", str(directory.resolve()))
                 assert line in stderr.splitlines(), (line, stderr)
     return ran

@@ -34,7 +34,9 @@ API: dict[str, set[str]] = {
         "OpenAIConfig", "OpenAIModel", "RecordingModel", "ReplayModel", "ScriptedConfig",
         "ScriptedModel", "ScriptedParams", "ServerOptions", "build_model", "create_app",
         "preflight", "request_key", "running_server", "scripted_reply", "serve", "TRAFFIC",
-        "model_stats", "traffic", "run_batch", "BatchConfig"},
+        "model_stats", "traffic", "run_batch", "BatchConfig", "Request", "Wrapper", "Retrying",
+        "Counted", "ReplayThenLive", "OpenAIChat", "Transport", "AiohttpTransport",
+        "MockTransport", "Response", "TransportError", "PythonConfig", "load_factory"},
     "populace.population": {
         "AspectConfig", "BackgroundConfig", "BackgroundResult", "DEFAULT_META_PROMPT",
         "DEFAULT_SYSTEM_PROMPT", "GroupsConfig", "PopulationConfig", "TEMPLATES",

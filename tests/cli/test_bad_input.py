@@ -294,7 +294,7 @@ DUMMY = {"dummy": {"provider": "dummy", "latency": 0.0}}
     pytest.param({"agnets": 3}, "agnets: unknown key (did you mean agents?)", id="top"),
     pytest.param({"models": {"m": {"provider": "dumy"}}},
                  "models.m.provider: unknown value 'dumy' (did you mean dummy?) (expected one "
-                 "of: dummy, openai, scripted)", id="provider"),
+                 "of: dummy, openai, scripted, python)", id="provider"),
 ])
 def test_a_misspelt_key_gets_did_you_mean(
     keys: dict[str, object], message: str, tmp_path: Path, capsys: Cap, monkeypatch: Patch,

@@ -306,7 +306,7 @@ async def test_files_mode_reads_existing_outputs_instead_of_running_the_command(
     assert [a.text for a in again] == [a.text for a in first]
     assert [(a.prompt_tokens, a.completion_tokens) for a in again] == [
         (a.prompt_tokens, a.completion_tokens) for a in first]
-    assert model.batches == [outputs[0].name]
+    assert model.inner.batches == [outputs[0].name]  # type: ignore[attr-defined]
     assert outputs[0].read_bytes() == written
 
 

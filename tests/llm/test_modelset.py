@@ -129,3 +129,26 @@ async def test_closing_the_set_closes_every_client(tmp_path: Path) -> None:
     await models.aclose()
     assert all(models[n].written == 1 for n in models)
     assert all(len(recording_of(tmp_path, n).read_text().splitlines()) == 1 for n in models)
+
+
+def test_a_python_provider_builds_the_user_s_model_or_says_why_not() -> None:
+    from populace.core import ConfigError
+    from populace.llm import PythonConfig, build_model
+
+    def config(factory: str, **options: object) -> PythonConfig:
+        return PythonConfig.model_validate(
+            {"provider": "python", "factory": factory, "options": options})
+
+    brittle = build_model("b", config("fault_models:Brittle", agents=1, rounds=1, seed=0))
+    assert brittle.name == "b" and type(brittle).__name__ == "Brittle"
+    for factory, options, message in [
+        ("no_such_module:make", {}, "cannot import no_such_module: ModuleNotFoundError"),
+        ("fault_models:nothing", {}, "fault_models has no callable 'nothing'"),
+        ("fault_models:Brittle", {"wrong": 1}, "failed: TypeError"),
+        ("fault_models:FAILURES", {}, "has no callable"),
+        ("os.path:basename", {}, "returned a str, not a ModelClient"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            build_model("b", config(factory, **options))
+    with pytest.raises(ValueError, match="factory"):
+        config("not a reference")

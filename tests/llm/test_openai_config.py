@@ -59,7 +59,7 @@ def test_build_model_reads_the_key_from_the_environment(monkeypatch: pytest.Monk
     monkeypatch.setenv("POPULACE_TEST_KEY", "secret")
     model = build_model("q", cfg)
     assert isinstance(model, OpenAIModel)
-    assert model.name == "q" and model.model == "m" and model.max_retries == 2
+    assert model.name == "q" and model.model == "m" and model.retrying.max_retries == 2
     assert [e.url for e in model.endpoint_statistics()] == ["http://a/v1", "https://b/v1"]
-    assert model._headers["Authorization"] == "Bearer secret"
+    assert model.chat.headers["Authorization"] == "Bearer secret"
     assert isinstance(build_model("d", DummyConfig(latency=0)), DummyModel)

@@ -21,6 +21,7 @@ from populace.llm import (
     OpenAIModel,
     RecordingModel,
     ReplayModel,
+    Request,
     ServerOptions,
     request_key,
     running_server,
@@ -44,10 +45,7 @@ async def requests_served(base: str) -> int:
 
 
 def key_of(model: str, messages: list[dict[str, str]], **kw: Any) -> str:
-    args: dict[str, Any] = {"temperature": None, "top_p": None, "seed": None,
-                            "max_tokens": None, "response_format": None}
-    args.update(kw)
-    return request_key(model, messages, **args)
+    return request_key(model, Request(messages, **kw))
 
 
 async def test_record_over_http_then_replay_with_the_server_gone(tmp_path: Path) -> None:
@@ -233,10 +231,10 @@ def test_request_key_is_stable_across_processes() -> None:
                   response_format={"type": "json_object", "schema": {"b": 1, "a": 2}})
     script = (
         "import json, sys\n"
-        "from populace.llm import request_key\n"
+        "from populace.llm import Request, request_key\n"
         "messages = json.loads(sys.argv[1])\n"
-        "print(request_key('qwen', messages, temperature=0.7, top_p=None, seed=3,"
-        " max_tokens=50, response_format={'schema': {'a': 2, 'b': 1}, 'type': 'json_object'}))\n"
+        "print(request_key('qwen', Request(messages, temperature=0.7, top_p=None, seed=3,"
+        " max_tokens=50, response_format={'schema': {'a': 2, 'b': 1}, 'type': 'json_object'})))\n"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run([sys.executable, "-c", script, json.dumps(messages)], env=env,

@@ -3,61 +3,27 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
 import pytest
 
+from fault_models import FAILURES
 from populace import cli
-from populace.core import derive_seed, seed_for
-from populace.llm import ChatMessage, Completion, ModelStats
-from populace.llm import _modelset as modelset_module
 from populace.results import read_summary, read_table
 
 AGENTS, ROUNDS, SEED = 60, 2, 3
-
-#: Agent id modulo 6 → what its model does instead of answering.
-FAILURES: dict[int, BaseException] = {
-    1: ZeroDivisionError("division by zero"),
-    2: KeyError("missing"),
-    3: RuntimeError("the model fell over"),
-}
-
-
-class Brittle:
-    """Answers ``agent id + round``, or raises ``FAILURES[agent % 6]``."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.who = {seed_for(derive_seed(SEED, r), a): (a, r)
-                    for a in range(AGENTS) for r in range(1, ROUNDS + 1)}
-
-    async def complete(self, messages: Sequence[ChatMessage], *, seed: int | None = None,
-                       **params: Any) -> Completion:
-        assert seed is not None
-        agent, round_no = self.who[seed]
-        failure = FAILURES.get(agent % 6)
-        if failure is not None:
-            raise failure
-        return Completion(f"I pick {agent + round_no}", self.name)
-
-    def statistics(self) -> ModelStats:
-        return ModelStats(self.name, 0, 0, 0, 0, 0)
-
-    async def aclose(self) -> None:
-        pass
-
 
 def test_agents_that_raise_are_isolated_and_reported(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
     helpers: Any,
 ) -> None:
-    monkeypatch.setattr(modelset_module, "build_model", lambda name, config, **_: Brittle(name))
+    # A model of the user's own (provider: python) with bugs: it raises, not ModelError.
     path = helpers.write_run_file(
-        tmp_path, agents=AGENTS, rounds=ROUNDS, seed=SEED,
-        models={"dummy": {"provider": "dummy", "latency": 0.0}})
+        tmp_path, agents=AGENTS, rounds=ROUNDS, seed=SEED, game={"protocol": "direct"},
+        models={"brittle": {"provider": "python", "factory": "fault_models:Brittle",
+                            "options": {"agents": AGENTS, "rounds": ROUNDS, "seed": SEED}}})
     out = tmp_path / "out"
     monkeypatch.setattr(sys, "argv", ["populace", "run", str(path), "--out", str(out)])
     cli.main()  # no exception, no warning (pytest turns warnings into errors)

@@ -47,7 +47,7 @@ def test_atomic_write_failure_keeps_the_old_file_and_leaves_no_temp(
     def broken_replace(src: str, dst: str) -> None:
         raise OSError("disk on fire")
 
-    monkeypatch.setattr("populace.results._rundir.os.replace", broken_replace)
+    monkeypatch.setattr(os, "replace", broken_replace)
     with pytest.raises(OSError, match="disk on fire"):
         atomic_write(target, b"new")
     assert target.read_bytes() == b"old"

@@ -58,7 +58,7 @@ def _write(tmp_path: Path, text: str) -> Path:
                      id="negative-latency"),
         pytest.param("models:\n  m: {provider: gpt}\n",
                      ["models.m.provider: unknown value 'gpt' (expected one of: dummy, openai, "
-                      "scripted)"], id="unknown-provider"),
+                      "scripted, python)"], id="unknown-provider"),
         pytest.param("game: {prompt: 'Pick {colour}'}\n", ["game.prompt:", "{colour}"],
                      id="template-field"),
         pytest.param("agents: 3\n  rounds: 2\n", [":2:", "invalid YAML"], id="yaml-syntax"),

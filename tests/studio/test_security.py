@@ -6,11 +6,12 @@ be for ``--host 0.0.0.0`` and driven in-process; real servers listen on 127.0.0.
 
 from __future__ import annotations
 
+import socket
+
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-import populace.studio
 from populace.studio import Runs, StudioServer, create_app, is_loopback, new_token
 
 PUBLIC = "http://192.0.2.10:8765"  # what a remote browser would send (TEST-NET, never reached)
@@ -92,14 +93,10 @@ def test_a_real_server_with_a_token_refuses_requests_without_it(runs: Runs) -> N
         server.stop()
 
 
-def test_a_studio_bound_beyond_loopback_generates_a_token(runs: Runs,
-                                                          monkeypatch: pytest.MonkeyPatch
-                                                          ) -> None:
+def test_a_studio_bound_beyond_loopback_generates_a_token(runs: Runs) -> None:
     # Bind to loopback while the server believes it serves 0.0.0.0: nothing is exposed.
-    monkeypatch.setattr("populace.studio._server._bind",
-                        lambda host, port: populace.studio._server.socket.create_server(
-                            ("127.0.0.1", 0)))
-    server = StudioServer(runs, host="0.0.0.0", port=0)
+    server = StudioServer(runs, host="0.0.0.0", port=0,
+                          sock=socket.create_server(("127.0.0.1", 0)))
     try:
         assert server.token and len(server.token) >= 32
         assert server.url.endswith(f"/?token={server.token}")

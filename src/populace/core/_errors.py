@@ -37,17 +37,29 @@ class ConfigError(PopulaceError):
 
 
 class ModelError(PopulaceError):
-    """An LLM call failed after its last retry. ``cause`` names what went wrong in a few
-    countable words (``"timed out"``, ``"HTTP 503"``, ``"malformed JSON"``…), so progress
-    displays and summaries count failures by kind without reading the message; None when
-    no kind applies. The subclasses say which family of failure it was."""
+    """An LLM call failed. ``cause`` names what went wrong in a few countable words
+    (``"timed out"``, ``"HTTP 503"``, ``"malformed JSON"``…), so progress displays and
+    summaries count failures by kind without reading the message; None when no kind applies.
+    The subclasses say which family of failure it was.
 
-    def __init__(self, message: str = "", *, cause: str | None = None) -> None:
+    ``retryable``: whether another attempt may succeed (a timeout, a 503; not a 400), read by
+    :class:`~populace.llm.Retrying`; ``retry_after``: the wait the server asked for, if any;
+    ``attempts``: how many attempts the call made before giving up.
+    """
+
+    def __init__(self, message: str = "", *, cause: str | None = None,
+                 retryable: bool = False, retry_after: float | None = None,
+                 attempts: int = 1) -> None:
         super().__init__(message)
         self.cause = cause
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.attempts = attempts
 
-    def __reduce__(self) -> tuple[Any, ...]:  # the cause travels with the error (Ray)
-        return (type(self), (str(self),), {"cause": self.cause})
+    def __reduce__(self) -> tuple[Any, ...]:  # the details travel with the error (Ray)
+        return (type(self), (str(self),), {"cause": self.cause, "retryable": self.retryable,
+                                           "retry_after": self.retry_after,
+                                           "attempts": self.attempts})
 
 
 class ModelTimeout(ModelError):

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from populace.config import format_error, key_text, read_yaml, unknown_key
 from populace.core import ConfigError
-from populace.llm import DummyConfig, ModelConfig
+from populace.llm import DummyConfig, ModelConfig, load_factory
 from populace.population import PopulationConfig, sample_population
 from populace.results import RunDirectory
 
@@ -267,6 +267,29 @@ def _validate(model: type[BaseModel], data: dict[str, Any], source: str, prefix:
         raise ConfigError(line) from None
 
 
+def _model_files(data: dict[str, Any], source: Path) -> dict[str, Any]:
+    """``data`` with each ``provider: python`` factory file made absolute (relative to the
+    run file as written, and still found from the run directory's copy on resume), and
+    each factory checked: it imports and names a callable."""
+    models = data.get("models")
+    if not isinstance(models, dict):
+        return data
+    changed = {}
+    for name, model in models.items():
+        factory = model.get("factory") if isinstance(model, dict) else None
+        if not (isinstance(factory, str) and model.get("provider") == "python"):
+            continue
+        if ".py:" in factory:
+            file_part, _, attr = factory.rpartition(":")
+            factory = f"{(source.parent / file_part).resolve()}:{attr}"
+            changed[name] = {**model, "factory": factory}
+        try:
+            load_factory(factory)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: models.{name}.factory: {e}") from None
+    return {**data, "models": {**models, **changed}} if changed else data
+
+
 def parse_run_file(data: dict[str, Any], source: Path,
                    overrides: dict[str, Any] | None = None) -> RunFile:
     """Check ``data`` (a run file's mapping) with ``overrides`` applied (None values are
@@ -310,6 +333,7 @@ def parse_run_file(data: dict[str, Any], source: Path,
         flag = refused[0]
         raise ConfigError(f"{source}: {flag}: scenario {cls.name!r} does not take {flag} "
                           f"(it takes: {_taken(cls)})")
+    data = _model_files(data, source)
     options = _validate(RunOptions, {"name": cls.name, **cls.defaults, **data}, str(source), "")
     checked = _validate(cls.Settings, settings, str(source), prefix)
     config = cls.check({**data, **settings}, str(source))

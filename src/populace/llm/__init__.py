@@ -5,50 +5,79 @@
 ``RecordingModel``/``ReplayModel`` record every call and answer a re-run from the recording;
 ``preflight`` checks that configured servers answer before a run starts. ``ScriptedModel``
 answers by a documented rule of the prompt, for offline runs with structure in the results.
+Clients implement one method, ``send(Request)``; :class:`Retrying`, :class:`Counted`,
+:class:`RecordingModel` and :class:`ReplayThenLive` wrap any client, and :class:`MockTransport`
+stands in for the network in tests.
 """
 
-from ._base import TRAFFIC, ChatMessage, Completion, ModelClient, ModelStats, model_stats, traffic
+from ._base import (
+    TRAFFIC,
+    ChatMessage,
+    Completion,
+    ModelClient,
+    ModelStats,
+    Request,
+    model_stats,
+    traffic,
+)
 from ._config import (
     BatchConfig,
     DummyConfig,
     ModelConfig,
     OpenAIConfig,
+    PythonConfig,
     ScriptedConfig,
     build_model,
+    load_factory,
 )
 from ._dummy import DummyModel
 from ._modelset import ModelSet
-from ._openai import OpenAIModel
+from ._openai import OpenAIChat, OpenAIModel
 from ._pool import EndpointPool, EndpointStats, Lease
 from ._preflight import preflight
 from ._record import RecordingModel, ReplayModel, request_key
 from ._scripted import ScriptedModel, ScriptedParams, scripted_reply
 from ._server import ServerOptions, create_app, run_batch, running_server, serve
+from ._transport import AiohttpTransport, MockTransport, Response, Transport, TransportError
+from ._wrappers import Counted, ReplayThenLive, Retrying, Wrapper
 
 __all__ = [
     "TRAFFIC",
+    "AiohttpTransport",
     "BatchConfig",
     "ChatMessage",
     "Completion",
+    "Counted",
     "DummyConfig",
     "DummyModel",
     "EndpointPool",
     "EndpointStats",
     "Lease",
+    "MockTransport",
     "ModelClient",
     "ModelConfig",
     "ModelSet",
     "ModelStats",
+    "OpenAIChat",
     "OpenAIConfig",
     "OpenAIModel",
+    "PythonConfig",
     "RecordingModel",
     "ReplayModel",
+    "ReplayThenLive",
+    "Request",
+    "Response",
+    "Retrying",
     "ScriptedConfig",
     "ScriptedModel",
     "ScriptedParams",
     "ServerOptions",
+    "Transport",
+    "TransportError",
+    "Wrapper",
     "build_model",
     "create_app",
+    "load_factory",
     "model_stats",
     "preflight",
     "request_key",

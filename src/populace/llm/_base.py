@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple
 
 from ._pool import EndpointStats
 
@@ -45,13 +45,38 @@ class ModelStats:
     endpoints: tuple[EndpointStats, ...] = ()  # per server, for clients that use several
 
 
-@runtime_checkable
-class ModelClient(Protocol):
-    """A language model: one method, ``complete``. Behaviour is added by wrappers."""
+class Request(NamedTuple):
+    """One chat completion request, as every layer passes it down (frozen).
+
+    A named tuple rather than a dataclass: one is made per LLM call, a million per step,
+    and a tuple is the cheapest immutable record Python builds.
+    """
+
+    messages: Sequence[ChatMessage]
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    max_tokens: int | None = None
+    response_format: dict[str, Any] | None = None
+
+
+class ModelClient:
+    """A language model. Subclasses implement one method, :meth:`send`; behaviour (retries,
+    accounting, recording, replay) is added by wrappers around any client (see
+    :class:`~populace.llm.Wrapper`).
+
+    >>> class Echo(ModelClient):
+    ...     name = "echo"
+    ...     async def send(self, request: Request) -> Completion:
+    ...         return Completion(request.messages[-1]["content"], self.name)
+    """
 
     name: str
+    #: Whether answers depend on the messages; a model that ignores them (the dummy) is
+    #: not handed any, which saves building a million conversations per step.
+    reads_prompt: bool = True
 
-    async def complete(
+    def complete(
         self,
         messages: Sequence[ChatMessage],
         *,
@@ -60,13 +85,27 @@ class ModelClient(Protocol):
         seed: int | None = None,
         max_tokens: int | None = None,
         response_format: dict[str, Any] | None = None,
-    ) -> Completion:
-        """Answer ``messages``; raises :class:`~populace.core.ModelError` on failure."""
-        ...
+    ) -> Coroutine[Any, Any, Completion]:
+        """Answer ``messages`` (awaitable); raises :class:`~populace.core.ModelError` on
+        failure. The callers' spelling of :meth:`send`."""
+        return self.send(Request(messages, temperature, top_p, seed, max_tokens,
+                                 response_format))
 
-    def statistics(self) -> ModelStats: ...
+    async def send(self, request: Request) -> Completion:
+        """Answer ``request``; raises :class:`~populace.core.ModelError` on failure."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement send()")
 
-    async def aclose(self) -> None: ...
+    def statistics(self) -> ModelStats:
+        """Live counters (zeros for a client that keeps none; see
+        :class:`~populace.llm.Counted`)."""
+        return ModelStats(self.name, 0, 0, 0, 0, 0, endpoints=self.endpoint_statistics())
+
+    def endpoint_statistics(self) -> tuple[EndpointStats, ...]:
+        """Per-server counters, for clients that use servers."""
+        return ()
+
+    async def aclose(self) -> None:
+        """Release what the client holds (sessions, files). Idempotent."""
 
 
 def model_stats(resources: Iterable[Any]) -> list[ModelStats]:

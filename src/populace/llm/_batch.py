@@ -30,7 +30,7 @@ import aiohttp
 
 from populace.core import ModelBadResponse, ModelError, ModelHTTPError
 
-from ._base import ChatMessage, Completion, ModelStats
+from ._base import Completion, ModelClient, Request
 from ._batchfile import read_output, write_input
 from ._openai import OpenAIModel
 from ._record import request_key
@@ -41,7 +41,7 @@ VLLM_RUN_BATCH = ("python", "-m", "vllm.entrypoints.openai.run_batch", "-i", "{i
 _DONE = frozenset({"completed", "failed", "expired", "cancelled"})
 
 
-class BatchModel:
+class BatchModel(ModelClient):
     """A :class:`~populace.llm.ModelClient` that sends calls as batch jobs (see the module
     docstring); ``chat`` is the model's ordinary client, whose request bodies and first base
     URL it uses."""
@@ -67,48 +67,20 @@ class BatchModel:
         self._collector: asyncio.Task[None] | None = None
         self._jobs: set[asyncio.Task[None]] = set()
         self._session: aiohttp.ClientSession | None = None
-        self._requests = self._failures = self._in_flight = 0
-        self._prompt_tokens = self._completion_tokens = 0
         #: Batches sent (or, on resume, found again) by this client.
         self.batches: list[str] = []
 
     # -- the ModelClient interface -----------------------------------------------------------
-    async def complete(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        max_tokens: int | None = None,
-        response_format: dict[str, Any] | None = None,
-    ) -> Completion:
-        body = self.chat.body(messages, temperature=temperature, top_p=top_p, seed=seed,
-                              max_tokens=max_tokens, response_format=response_format)
-        key = request_key(self.name, messages, temperature=temperature, top_p=top_p,
-                          seed=seed, max_tokens=max_tokens, response_format=response_format)
+    async def send(self, request: Request) -> Completion:
+        body = self.chat.body(request)
+        key = request_key(self.name, request)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Completion] = loop.create_future()
         self._pending.setdefault(key, (body, []))[1].append(future)
-        self._requests += 1
-        self._in_flight += 1
         self._last = loop.time()
         if self._collector is None or self._collector.done():
             self._collector = loop.create_task(self._collect())
-        try:
-            answer = await future
-        except ModelError:
-            self._failures += 1
-            raise
-        finally:
-            self._in_flight -= 1
-        self._prompt_tokens += answer.prompt_tokens
-        self._completion_tokens += answer.completion_tokens
-        return answer
-
-    def statistics(self) -> ModelStats:
-        return ModelStats(self.name, self._requests, self._failures, self._in_flight,
-                          self._prompt_tokens, self._completion_tokens)
+        return await future
 
     async def aclose(self) -> None:
         for task in [self._collector, *self._jobs]:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
+import sys
 from pathlib import Path
-from typing import Annotated, Literal
+from types import ModuleType
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -14,6 +18,7 @@ from ._base import ModelClient
 from ._dummy import DummyModel
 from ._openai import OpenAIModel
 from ._scripted import ScriptedModel, ScriptedParams
+from ._wrappers import Counted
 
 
 class _Strict(BaseModel):
@@ -24,7 +29,7 @@ class DummyConfig(_Strict):
     """``provider: dummy`` — no server; waits ``latency`` s, answers a random integer."""
 
     provider: Literal["dummy"] = "dummy"
-    latency: float = Field(1.0, ge=0, description="seconds each call waits")
+    latency: float = Field(1.0, ge=0, le=3600, description="seconds each call waits")
     jitter: float = Field(0.0, ge=0, le=1, description="spread of the wait: each call waits "
                           "latency × (1 ± jitter), uniform and fixed by the call's seed")
     low: int = Field(0, description="smallest number answered")
@@ -116,7 +121,7 @@ class ScriptedConfig(_Strict):
     """
 
     provider: Literal["scripted"]
-    latency: float = Field(0.0, ge=0, description="seconds each call waits")
+    latency: float = Field(0.0, ge=0, le=3600, description="seconds each call waits")
     depth: float = Field(0.0, ge=-5, le=20, description="reasoning steps added to every answer")
     noise: float = Field(1.0, ge=0, description="multiplies the spread of the answers")
     invalid: float = Field(0.0, ge=0, le=1, description="share of answers that settle on no "
@@ -129,11 +134,90 @@ class ScriptedConfig(_Strict):
                               primacy=self.primacy)
 
 
-ModelConfig = Annotated[DummyConfig | OpenAIConfig | ScriptedConfig,
+class PythonConfig(_Strict):
+    """``provider: python`` — a model client of your own (a local ``transformers``
+    pipeline, another API): ``factory`` names a callable as ``path/to/file.py:name``
+    (relative to the run file) or ``package.module:name`` (importable on every worker),
+    called as ``factory(NAME, **options)`` once per worker; it returns a
+    :class:`~populace.llm.ModelClient` (subclass it and implement ``send``).
+    Such a model gets what the others get: recording, replay, retries if it raises
+    retryable errors inside ``Retrying``, and the LLM traffic counters if it keeps any.
+
+    ```yaml
+    models:
+      mine: {provider: python, factory: my_models.py:Echo}
+      lab: {provider: python, factory: my_lab.models:make, options: {path: /data/w}}
+    ```
+    """
+
+    provider: Literal["python"]
+    factory: str = Field(pattern=r"^(?:[A-Za-z_][\w.]*|.+\.py):[A-Za-z_]\w*$",
+                         description="file.py:callable or package.module:callable "
+                         "returning a ModelClient")
+    options: dict[str, Any] = Field(default_factory=dict,
+                                    description="keyword arguments of the factory")
+
+
+def _import(module_name: str) -> ModuleType:
+    """A module by name, or by the path of its file (imported once per file)."""
+    if not module_name.endswith(".py"):
+        return importlib.import_module(module_name)
+    path = Path(module_name).resolve()
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file {path}")
+    name = f"populace_models_{path.stem}"
+    known = sys.modules.get(name)
+    if known is not None and getattr(known, "__file__", None) == str(path):
+        return known
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # pickling and dataclasses look modules up here
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def load_factory(ref: str) -> Any:
+    """The callable ``ref`` names (``file.py:name`` or ``package.module:name``); raises
+    :class:`~populace.core.ConfigError` saying why not, in one line."""
+    module_name, _, attr = ref.rpartition(":")
+    try:
+        module = _import(module_name)
+    except Exception as e:  # the user's module: one line saying why
+        raise ConfigError(f"cannot import {module_name}: {type(e).__name__}: {e}") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ConfigError(f"{module_name} has no callable {attr!r}")
+    return factory
+
+
+def _from_factory(name: str, config: PythonConfig) -> ModelClient:
+    where = f"models.{name}.factory {config.factory!r}"
+    try:
+        factory = load_factory(config.factory)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    try:
+        client = factory(name, **config.options)
+    except Exception as e:
+        raise ConfigError(f"{where} failed: {type(e).__name__}: {e}") from None
+    if not isinstance(client, ModelClient):
+        raise ConfigError(f"{where} returned a {type(client).__name__}, not a ModelClient "
+                          "(subclass populace.llm.ModelClient and implement send)")
+    return client
+
+
+ModelConfig = Annotated[DummyConfig | OpenAIConfig | ScriptedConfig | PythonConfig,
                         Field(discriminator="provider")]
 
 
-def build_model(name: str, config: DummyConfig | OpenAIConfig | ScriptedConfig, *,
+def build_model(name: str,
+                config: DummyConfig | OpenAIConfig | ScriptedConfig | PythonConfig, *,
                 work_dir: Path | None = None) -> ModelClient:
     """A client for ``config``; called once per worker (see ``populace.core.PerWorker``).
     ``work_dir``: where batch jobs keep their files and journal (the run directory's
@@ -146,6 +230,8 @@ def build_model(name: str, config: DummyConfig | OpenAIConfig | ScriptedConfig, 
                           high=config.high)
     if isinstance(config, ScriptedConfig):
         return ScriptedModel(name, latency=config.latency, params=config.params())
+    if isinstance(config, PythonConfig):
+        return _from_factory(name, config)
     if isinstance(config, OpenAIConfig):
         api_key = None
         if config.api_key_env is not None:
@@ -176,8 +262,8 @@ def build_model(name: str, config: DummyConfig | OpenAIConfig | ScriptedConfig, 
         from ._batch import VLLM_RUN_BATCH, BatchModel
 
         b = config.batch
-        return BatchModel(chat, config.base_urls[0], api_key=api_key, mode=b.mode,
+        return Counted(BatchModel(chat, config.base_urls[0], api_key=api_key, mode=b.mode,
                           window=b.window, poll=b.poll, max_requests=b.max_requests,
                           completion_window=b.completion_window,
-                          command=b.command or VLLM_RUN_BATCH, work_dir=work_dir)
+                          command=b.command or VLLM_RUN_BATCH, work_dir=work_dir))
     raise TypeError(f"unknown model config {type(config).__name__}")

@@ -7,19 +7,16 @@ does not block the loop and costs one shared timer per millisecond bucket, not o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 from populace.core import mix64
 
-from ._base import ChatMessage, Completion, ModelStats
+from ._base import Completion, ModelClient, ModelStats, Request
 from ._latency import SimulatedLatency
 from ._replies import is_structured, json_answer
 
 _JITTER = 0x5EED_1A7E
 
 
-class DummyModel:
+class DummyModel(ModelClient):
     """Answers ``str(n)`` with ``n`` uniform in ``[low, high]``, determined by ``seed``; a
     request with a JSON ``response_format`` gets ``n`` in the schema's number fields, as a
     server with structured decoding would answer it.
@@ -46,17 +43,9 @@ class DummyModel:
         self._counter = 0
         self._requests = 0
 
-    async def complete(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        max_tokens: int | None = None,
-        response_format: dict[str, Any] | None = None,
-    ) -> Completion:
+    async def send(self, request: Request) -> Completion:
         self._requests += 1
+        seed = request.seed
         if seed is None:
             self._counter += 1
             seed = self._counter
@@ -65,7 +54,8 @@ class DummyModel:
             wait *= 1 + self.jitter * ((mix64(seed ^ _JITTER) % 2001) / 1000 - 1)
         await self._latency.wait(wait)
         number = self.low + mix64(seed) % self.span
-        text = json_answer(response_format, "", number) if is_structured(response_format) \
+        fmt = request.response_format
+        text = json_answer(fmt, "", number) if fmt is not None and is_structured(fmt) \
             else str(number)
         return Completion(text, self.name, latency_s=wait)
 

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from populace.core import RecordingMiss
-
-from ._base import ChatMessage, Completion, ModelClient, ModelStats
+from ._base import ModelClient, ModelStats
 from ._config import build_model
 from ._record import RecordingModel, ReplayModel
+from ._wrappers import ReplayThenLive
 
 
 class ModelSet(Mapping[str, ModelClient]):
@@ -66,40 +65,3 @@ class ModelSet(Mapping[str, ModelClient]):
     async def aclose(self) -> None:
         for client in self._clients.values():
             await client.aclose()
-
-
-class ReplayThenLive:
-    """Answers from a recording when it can, from the live model otherwise (a resumed run:
-    the interrupted attempt's answers first). Only a call the recording does not hold
-    (:class:`~populace.core.RecordingMiss`) goes to the live model."""
-
-    def __init__(self, recording: ReplayModel, live: ModelClient) -> None:
-        self.name = live.name
-        self.recording = recording
-        self.live = live
-        #: Whether the live model reads prompts (the dummy does not).
-        self.reads_prompt = getattr(live, "reads_prompt", True)
-
-    async def complete(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        max_tokens: int | None = None,
-        response_format: dict[str, Any] | None = None,
-    ) -> Completion:
-        params: dict[str, Any] = {"temperature": temperature, "top_p": top_p, "seed": seed,
-                  "max_tokens": max_tokens, "response_format": response_format}
-        try:
-            return await self.recording.complete(messages, **params)
-        except RecordingMiss:
-            return await self.live.complete(messages, **params)
-
-    def statistics(self) -> ModelStats:
-        return self.live.statistics()
-
-    async def aclose(self) -> None:
-        await self.recording.aclose()
-        await self.live.aclose()

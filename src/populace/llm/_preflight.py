@@ -18,7 +18,7 @@ import aiohttp
 
 from populace.core import ConfigError
 
-from ._config import DummyConfig, OpenAIConfig, ScriptedConfig
+from ._config import ModelConfig, OpenAIConfig
 
 _SHOWN_MODELS = 8  # served model ids listed in a "does not serve" message
 
@@ -107,7 +107,7 @@ def _judge(name: str, config: OpenAIConfig, url: str, listing: _Listing,
     return None
 
 
-async def preflight(models: Mapping[str, DummyConfig | OpenAIConfig | ScriptedConfig], *,
+async def preflight(models: Mapping[str, ModelConfig], *,
                     timeout: float = 5.0) -> None:
     """Raise :class:`~populace.core.ConfigError` if a configured model cannot answer.
 

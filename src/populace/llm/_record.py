@@ -35,7 +35,8 @@ from typing import Any
 
 from populace.core import ConfigError, ModelError, RecordingMiss
 
-from ._base import ChatMessage, Completion, ModelClient, ModelStats
+from ._base import Completion, ModelClient, ModelStats, Request
+from ._wrappers import Wrapper
 
 # Bumped if the hashed form of a request ever changes: old recordings then miss, not lie.
 _KEY_PREFIX = b"populace-request-v1\n"
@@ -43,10 +44,9 @@ _KEY_PREFIX = b"populace-request-v1\n"
 _COMPACT = (",", ":")
 
 
-def _canonical(messages: Sequence[ChatMessage], temperature: float | None,
-               top_p: float | None, seed: int | None, max_tokens: int | None,
-               response_format: dict[str, Any] | None) -> str:
+def _canonical(request: Request) -> str:
     """The request as canonical JSON: sorted keys, no spaces, ASCII, numbers normalised."""
+    messages, temperature, top_p, seed, max_tokens, response_format = request
     return json.dumps(
         {
             "max_tokens": None if max_tokens is None else int(max_tokens),
@@ -68,29 +68,19 @@ def _digest(model_name: str, canonical: str) -> bytes:
     return h.digest()
 
 
-def request_key(
-    model_name: str,
-    messages: Sequence[ChatMessage],
-    *,
-    temperature: float | None,
-    top_p: float | None,
-    seed: int | None,
-    max_tokens: int | None,
-    response_format: dict[str, Any] | None,
-) -> str:
+def request_key(model_name: str, request: Request) -> str:
     """A 32-hex-digit hash of everything that determines an answer; the same in every process.
 
     ``model_name`` is the client's name (the key under ``models:`` in the run YAML). The
-    arguments are taken as passed to ``complete``: a default that the client fills in (an
+    request is taken as the caller made it: a default that the client fills in (an
     ``OpenAIConfig.temperature``) is not part of the key. ``1`` and ``1.0`` are the same
     temperature; message keys may come in any order.
 
-    >>> request_key("qwen", [{"role": "user", "content": "Pick"}], temperature=0.7, top_p=None,
-    ...             seed=1, max_tokens=None, response_format=None)  # doctest: +ELLIPSIS
+    >>> request_key("qwen", Request([{"role": "user", "content": "Pick"}], temperature=0.7,
+    ...                             seed=1))  # doctest: +ELLIPSIS
     '...'
     """
-    canonical = _canonical(messages, temperature, top_p, seed, max_tokens, response_format)
-    return _digest(model_name, canonical).hex()
+    return _digest(model_name, _canonical(request)).hex()
 
 
 # -- recording -------------------------------------------------------------------------------
@@ -183,7 +173,7 @@ def _expand(path: str | os.PathLike[str]) -> Path:
     return Path(text)
 
 
-class RecordingModel:
+class RecordingModel(Wrapper):
     """Wraps ``inner`` and appends every call, answered or failed, to the JSONL file ``path``.
 
     >>> model = RecordingModel(DummyModel(latency=0), "run/llm_calls/dummy-{pid}.jsonl")
@@ -199,16 +189,15 @@ class RecordingModel:
     first of them (``0``: each line at once), with one ``write`` on a file opened for
     appending: a crash of the process loses the lines of the last interval at most, and a
     line cut short is skipped when loading. :meth:`aclose` writes what is buffered, and so
-    does interpreter exit. Failures are recorded and re-raised unchanged; a cancelled call
-    is not recorded. :meth:`statistics` is the inner client's.
+    does interpreter exit. Failures are recorded and re-raised unchanged; a cancelled call,
+    or one abandoned when its client was closed (cause ``"closed"``), is not recorded.
     """
 
     def __init__(self, inner: ModelClient, path: str | os.PathLike[str], *,
                  flush_interval: float = 0.2) -> None:
         if flush_interval < 0:
             raise ValueError(f"flush_interval must be >= 0, got {flush_interval}")
-        self.inner = inner
-        self.name = inner.name
+        super().__init__(inner)
         self._sink = _Sink(_expand(path), flush_interval)
         try:
             self._sink.open()
@@ -242,25 +231,16 @@ class RecordingModel:
         """Lines written to the file so far (the rest are buffered)."""
         return self._sink.written
 
-    async def complete(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        max_tokens: int | None = None,
-        response_format: dict[str, Any] | None = None,
-    ) -> Completion:
+    async def send(self, request: Request) -> Completion:
         # Serialised now: the caller may change its message list while the call runs.
-        request = _canonical(messages, temperature, top_p, seed, max_tokens, response_format)
-        key = _digest(self.name, request).hex()
+        canonical = _canonical(request)
+        key = _digest(self.name, canonical).hex()
         start = time.monotonic()
         try:
-            c = await self.inner.complete(
-                messages, temperature=temperature, top_p=top_p, seed=seed,
-                max_tokens=max_tokens, response_format=response_format)
+            c = await self.inner.send(request)
         except Exception as exc:
+            if isinstance(exc, ModelError) and exc.cause == "closed":
+                raise  # abandoned with its client, like a cancelled call
             self._calls += 1
             self._errors += 1
             head: dict[str, Any] = {
@@ -269,7 +249,7 @@ class RecordingModel:
                 "latency_s": round(time.monotonic() - start, 6),
                 "time": round(time.time(), 3),
             }
-            self._record(head, request)
+            self._record(head, canonical)
             raise
         self._calls += 1
         head = {
@@ -278,7 +258,7 @@ class RecordingModel:
             "latency_s": round(c.latency_s, 6), "endpoint": c.endpoint,
             "retries": c.retries, "time": round(time.time(), 3),
         }
-        self._record(head, request)
+        self._record(head, canonical)
         return c
 
     def _record(self, head: dict[str, Any], request: str) -> None:
@@ -288,9 +268,6 @@ class RecordingModel:
         except OSError as exc:
             raise ModelError(f"model {self.name!r}: cannot write the recording "
                              f"{self._sink.path}: {exc.strerror or exc}") from exc
-
-    def statistics(self) -> ModelStats:
-        return self.inner.statistics()
 
     async def aclose(self) -> None:
         """Write buffered lines, close the file, then close the inner client. Idempotent."""
@@ -390,7 +367,7 @@ class _Loader:
         self.answers[digest] = json.dumps(answer, separators=_COMPACT)[1:-1].encode("ascii")
 
 
-class ReplayModel:
+class ReplayModel(ModelClient):
     """Answers from recordings made by :class:`RecordingModel`, with no I/O and no waiting.
 
     >>> model = ReplayModel("runs/2024-06-01/llm_calls", "qwen")  # doctest: +SKIP
@@ -432,17 +409,8 @@ class ReplayModel:
     def misses(self) -> int:
         return self._misses
 
-    async def complete(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        max_tokens: int | None = None,
-        response_format: dict[str, Any] | None = None,
-    ) -> Completion:
-        canonical = _canonical(messages, temperature, top_p, seed, max_tokens, response_format)
+    async def send(self, request: Request) -> Completion:
+        canonical = _canonical(request)
         digest = _digest(self.name, canonical)
         found = self._answers.get(digest)
         if found is None:

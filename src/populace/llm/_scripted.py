@@ -65,7 +65,7 @@ from typing import Any
 
 from populace.core import derive_seed, mix64, unit_float
 
-from ._base import ChatMessage, Completion, ModelStats
+from ._base import Completion, ModelClient, ModelStats, Request
 from ._latency import SimulatedLatency
 from ._replies import extraction, is_structured, json_answer, text_of, words
 from ._social_rule import social_reply
@@ -312,7 +312,7 @@ def scripted_reply(messages: Sequence[Mapping[str, Any]], *, seed: int | None = 
     return " ".join([*why, f"The answer is {shown}."])
 
 
-class ScriptedModel:
+class ScriptedModel(ModelClient):
     """A :class:`~populace.llm.ModelClient` answering by :func:`scripted_reply`.
 
     >>> model = ScriptedModel("scripted", latency=0.0)
@@ -328,16 +328,8 @@ class ScriptedModel:
         self._prompt_tokens = 0
         self._completion_tokens = 0
 
-    async def complete(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        max_tokens: int | None = None,
-        response_format: dict[str, Any] | None = None,
-    ) -> Completion:
+    async def send(self, request: Request) -> Completion:
+        messages, temperature, _, seed, max_tokens, response_format = request
         self._requests += 1
         await self._latency.wait()
         text = scripted_reply(messages, seed=seed, temperature=temperature,

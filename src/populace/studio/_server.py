@@ -26,12 +26,15 @@ class StudioServer:
     """
 
     def __init__(self, runs: Runs, *, host: str = "127.0.0.1", port: int = 8765,
-                 token: str | None = None, interval: float = 0.5) -> None:
+                 token: str | None = None, interval: float = 0.5,
+                 sock: socket.socket | None = None) -> None:
         self.runs = runs
         self.host = host
         self.token = token or (None if is_loopback(host) else new_token())
         self.asgi = create_app(runs, host=host, token=self.token, interval=interval)
-        self._sock = _bind(host, port)
+        # ``sock``: a socket bound already (by a supervisor, or a test); ``host`` is then
+        # what the studio tells users it serves, and decides whether a token is needed.
+        self._sock = sock if sock is not None else _bind(host, port)
         self.port: int = self._sock.getsockname()[1]
         self._server: Any = None
         self._thread: threading.Thread | None = None
