@@ -51,10 +51,10 @@ API: dict[str, set[str]] = {
         "run_until_signalled", "scenario_of", "where"},
     "populace.results": {
         "Breakdown", "CheckpointError", "Comparison", "Report", "RunData", "RunDirectory",
-        "RunMonitor", "RunSnapshot", "atomic_write", "error_kind", "headline", "latest_checkpoint",
-        "load_run", "panel_grid", "read_checkpoint", "read_partial", "read_summary", "read_table",
-        "run_snapshot", "sweep_table", "write_checkpoint", "write_comparison",
-        "write_report"},
+        "RunInUse", "RunMonitor", "RunSnapshot", "atomic_write", "error_kind", "headline",
+        "latest_checkpoint", "load_run", "panel_grid", "read_checkpoint", "read_partial",
+        "read_summary", "read_table", "run_snapshot", "sweep_table", "write_checkpoint",
+        "write_comparison", "write_report"},
     "populace.scenarios.guess_number": {
         "DEFAULT_PROMPT", "GameConfig", "GroupScores", "Guess", "GuessNumber",
         "PROMPT_FIELDS", "Participant", "RESPONSE_SCHEMA", "Reporter", "RoundOutcome",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from populace._procmem import PeakMemory
+from populace._strict import MAX_AGENTS, MAX_LATENCY_S, MAX_STEPS, MAX_TIMEOUT_S, MAX_WORKERS
 from populace.config import read_yaml, validate
 from populace.core import ConfigError, PopulaceError, WorkerLost
 from populace.launch import (
@@ -116,6 +118,24 @@ def _is(path: Path, test: Any, flag: str) -> bool:
         return bool(test(path))
     except OSError as e:
         raise _Fail(f"{flag} {path}: {e.strerror or e}", EXIT_CONFIG) from None
+
+
+def _seconds(flag: str, value: float, most: float) -> None:
+    """A flag's number of seconds lies in [0, most] (NaN passes some versions of click's
+    range checks)."""
+    if not 0 <= value <= most:
+        raise _Fail(f"{flag} {value}: expected seconds from 0 to {most:g}", EXIT_CONFIG)
+
+
+def _writable(path: Path, flag: str) -> None:
+    """``path`` can be written as a file: not a directory, in a directory that exists."""
+    if _is(path, Path.is_dir, flag):
+        raise _Fail(f"{flag} {path}: is a directory", EXIT_CONFIG)
+    parent = path.parent
+    if not _is(parent, Path.is_dir, flag):
+        why = f"{parent} is not a directory" if _is(parent, Path.exists, flag) \
+            else f"no such directory {parent}"
+        raise _Fail(f"{flag} {path}: {why}", EXIT_CONFIG)
 
 
 def _run_dir(target: Path, resume: bool, *, given: bool = True) -> RunDirectory:
@@ -224,7 +244,8 @@ def estimate(
         "--rounds", "--steps", help="override rounds: (the steps of any scenario)")] = None,
     workers: Annotated[int | None, typer.Option(help="override workers:")] = None,
     seed: Annotated[int | None, typer.Option(help="override seed:")] = None,
-    pilot: Annotated[int, typer.Option(min=1, help="agents in the pilot run")] = 50,
+    pilot: Annotated[int | None, typer.Option(
+        min=1, help="agents in the pilot run (default 50; at most the run's agents)")] = None,
     json_out: Annotated[bool, _flag("json", "print the estimate as JSON")] = False,
 ) -> None:
     """Predict a run's LLM calls, tokens, cost and wall time from a small pilot run."""
@@ -278,8 +299,9 @@ def studio(
     host: Annotated[str, typer.Option(
         help="address to bind; anything but loopback requires a token")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="port (0: any free one)")] = 8765,
-    runs: Annotated[Path, typer.Option(help="directory holding the run directories")
-                    ] = Path("runs"),
+    runs_dir: Annotated[Path | None, typer.Option(
+        "--runs", help="directory holding the run directories (default runs, made when the "
+        "first run starts; one given must exist)")] = None,
     token: Annotated[str | None, typer.Option(
         envvar="POPULACE_STUDIO_TOKEN",
         help="token every request must carry (generated when binding beyond localhost)")
@@ -288,40 +310,63 @@ def studio(
     """Serve the web studio: live runs, past runs and reports, agents; start and stop runs."""
     from populace.studio import Runs, StudioServer
 
-    if _is(runs, Path.exists, "--runs") and not runs.is_dir():  # missing: runs go there
-        raise _Fail(f"--runs {runs}: not a directory", EXIT_CONFIG)
+    runs = runs_dir if runs_dir is not None else Path("runs")
+    if _is(runs, Path.exists, "--runs"):
+        if not runs.is_dir():
+            raise _Fail(f"--runs {runs}: not a directory", EXIT_CONFIG)
+    elif runs_dir is not None:  # a typo would serve an empty studio, its runs made there
+        raise _Fail(f"--runs {runs}: no such directory", EXIT_CONFIG)
+    if token is not None and not token.strip():
+        raise _Fail("--token: empty (give a token, or leave --token and "
+                    "POPULACE_STUDIO_TOKEN unset)", EXIT_CONFIG)
     try:
         server = StudioServer(Runs(runs), host=host, port=port, token=token)
     except OSError as e:
         raise _Fail(f"studio: cannot listen on {host}:{port}: {e.strerror}", 1) from None
     out.print(f"studio at [bold]{server.url}[/bold] (runs in {runs}; Ctrl-C stops)",
               soft_wrap=True)
+    # The web server takes SIGINT while it serves and hands it on when it has stopped: to
+    # this handler, not asyncio's (which would let the stop pass as a clean exit, status 0).
+    before = signal.signal(signal.SIGINT, _interrupt)
     try:
         server.serve()
-    except KeyboardInterrupt:
-        pass
-    except Terminated:
+    except (KeyboardInterrupt, Terminated) as e:  # its runs are stopped and saved by now
         out.print("studio stopped")
-        raise typer.Exit(EXIT_TERMINATED) from None
+        raise typer.Exit(EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
+                         ) from None
+    finally:
+        signal.signal(signal.SIGINT, before)
     out.print("studio stopped")
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 @app.command()
 def bench(
-    agents: Annotated[int, typer.Option(min=1, help="number of agents")] = 100_000,
-    latency: Annotated[float, typer.Option(min=0, help="dummy model latency, seconds")] = 1.0,
-    rounds: Annotated[int, typer.Option(min=1)] = 1,
-    workers: Annotated[int, typer.Option(min=1)] = 1,
+    agents: Annotated[int, typer.Option(min=1, max=MAX_AGENTS, help="number of agents")
+                      ] = 100_000,
+    latency: Annotated[float, typer.Option(min=0, max=MAX_LATENCY_S,
+                                           help="dummy model latency, seconds")] = 1.0,
+    rounds: Annotated[int, typer.Option(min=1, max=MAX_STEPS)] = 1,
+    workers: Annotated[int, typer.Option(min=1, max=MAX_WORKERS)] = 1,
     backend: Annotated[str, typer.Option(help="local or ray")] = "local",
     address: Annotated[str | None, typer.Option(help="Ray cluster to join")] = None,
     as_json: Annotated[bool, _flag("json", "print one JSON object")] = False,
 ) -> None:
     """Time the guessing game on the dummy model: creation, rounds, CPU per agent, memory."""
-    cfg = validate({
-        "name": "bench", "agents": agents, "rounds": rounds, "workers": workers,
-        "models": {"dummy": {"provider": "dummy", "latency": latency}},
-        "backend": backend, "address": address,
-    }, RunConfig, "bench options")
+    _seconds("--latency", latency, MAX_LATENCY_S)
+    try:
+        cfg = validate({
+            "name": "bench", "agents": agents, "rounds": rounds, "workers": workers,
+            "models": {"dummy": {"provider": "dummy", "latency": latency}},
+            "backend": backend, "address": address,
+        }, RunConfig, "bench")
+    except ConfigError as e:  # name the flag: "--backend: ..."
+        key, _, why = str(e).removeprefix("bench: ").partition(": ")
+        flag = "--latency" if key == "models.dummy.latency" else f"--{key}"
+        raise _Fail(f"{flag}: {why}" if why else str(e), EXIT_CONFIG) from None
     timings = Timings()
     with PeakMemory() as peak:
         asyncio.run(play(cfg, None, None, timings))
@@ -355,8 +400,10 @@ def serve_llm(
     port: Annotated[int, typer.Option(min=0, max=65535, help="port (0: any free one)")] = 8000,
     model: Annotated[list[str] | None, typer.Option(help="model name served (repeatable)")
                      ] = None,
-    latency: Annotated[float, typer.Option(min=0, help="seconds per answer")] = 0.0,
+    latency: Annotated[float, typer.Option(min=0, max=MAX_LATENCY_S, help="seconds per "
+                                           "answer")] = 0.0,
     latency_max: Annotated[float | None, typer.Option(
+        min=0, max=MAX_LATENCY_S,
         help=escape("with --latency: answer after a uniform time in [latency, latency-max]"))
     ] = None,
     policy: Annotated[str, typer.Option(help="random | reasoning | echo | scripted")
@@ -375,13 +422,21 @@ def serve_llm(
         help="START DURATION: answer 503 to every completion from START to START+DURATION "
              "seconds after the first one")] = None,
     retry_after: Annotated[float, typer.Option(
-        min=0, help="seconds asked to wait by the Retry-After of 429s and outage 503s")] = 1.0,
+        min=0, max=MAX_TIMEOUT_S,
+        help="seconds asked to wait by the Retry-After of 429s and outage 503s")] = 1.0,
     batch_latency: Annotated[float, typer.Option(
-        min=0, help="seconds a batch job (/v1/batches) takes for all its requests")] = 0.5,
+        min=0, max=MAX_TIMEOUT_S,
+        help="seconds a batch job (/v1/batches) takes for all its requests")] = 0.5,
 ) -> None:
     """Serve an OpenAI-compatible test LLM (/v1/models, /v1/chat/completions, /v1/completions,
     /v1/files and /v1/batches)."""
     from populace.llm import ServerOptions, serve
+
+    _seconds("--latency", latency, MAX_LATENCY_S)
+    if latency_max is not None:
+        _seconds("--latency-max", latency_max, MAX_LATENCY_S)
+    _seconds("--retry-after", retry_after, MAX_TIMEOUT_S)
+    _seconds("--batch-latency", batch_latency, MAX_TIMEOUT_S)
 
     try:
         options = ServerOptions(
@@ -415,7 +470,8 @@ def run_batch(
                      ] = "dummy",
     policy: Annotated[str, typer.Option(help="random | reasoning | echo | scripted")
                       ] = "reasoning",
-    latency: Annotated[float, typer.Option(min=0, help="seconds for the whole batch")] = 0.0,
+    latency: Annotated[float, typer.Option(min=0, max=MAX_TIMEOUT_S,
+                                           help="seconds for the whole batch")] = 0.0,
     seed: Annotated[int, typer.Option(help="seed of answers and injected errors")] = 0,
     low: Annotated[int, typer.Option(help="smallest number answered")] = 0,
     high: Annotated[int, typer.Option(help="largest number answered")] = 100,
@@ -426,18 +482,25 @@ def run_batch(
     from populace.llm import ServerOptions
     from populace.llm import run_batch as answer_batch
 
+    _seconds("--latency", latency, MAX_TIMEOUT_S)
     try:
         options = ServerOptions(models=(model,), policy=policy,  # type: ignore[arg-type]
                                 low=low, high=high, rate_500=error_500, seed=seed,
                                 batch_latency=latency)
     except ValueError as e:
         raise _Fail(f"run-batch: {e}", EXIT_CONFIG) from None
-    if not _is(input_file, Path.is_file, "--input-file"):
-        raise _Fail(f"--input-file {input_file}: no such file", EXIT_CONFIG)
+    if not _is(input_file, Path.is_file, "--input-file"):  # a FIFO or /dev/zero would hang
+        why = "not a regular file" if _is(input_file, Path.exists, "--input-file") \
+            else "no such file"
+        raise _Fail(f"--input-file {input_file}: {why}", EXIT_CONFIG)
+    _writable(output_file, "--output-file")
     try:
         counts = asyncio.run(answer_batch(input_file, output_file, options))
     except ValueError as e:  # a bad line of the input file
         raise _Fail(str(e), EXIT_CONFIG) from None
+    except OSError as e:  # the output file: a full disk, no permission
+        raise _Fail(f"--output-file {output_file}: cannot write: {e.strerror or e}",
+                    EXIT_CONFIG) from None
     out.print(f"{counts['total']:,} requests: {counts['completed']:,} answered, "
               f"{counts['failed']:,} failed; written to [bold]{escape(str(output_file))}[/bold]",
               soft_wrap=True)
@@ -452,9 +515,11 @@ def population_sample(
     config: Annotated[Path, typer.Argument(help="population file, or a run file with "
                                            "a population: block")],
     seed: Annotated[int | None, typer.Option(
-        help="override the seed (default: the file's seed; a run file's run seed)")] = None,
+        min=0, help="override the seed (default: the file's seed; a run file's run seed)")
+    ] = None,
     size: Annotated[int | None, typer.Option(
-        min=1, help="override the size (default: size:; a run file's agents:)")] = None,
+        min=1, max=MAX_AGENTS, help="override the size (default: size:; a run file's agents:)")
+    ] = None,
     out_file: Annotated[Path, typer.Option("--out", help="Parquet file to write")
                         ] = Path("population.parquet"),
 ) -> None:
@@ -685,7 +750,9 @@ def _line(message: object) -> str:
 def main() -> None:
     """Entry point: runs the app, turning expected failures into one line + exit status."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # a typer.Exit in a command comes back as its code
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except ConfigError as e:
         err.print(f"[red]error:[/red] {_line(e)}", highlight=False, soft_wrap=True)
         sys.exit(EXIT_CONFIG)

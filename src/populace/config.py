@@ -99,6 +99,38 @@ def _tags(model: type[BaseModel]) -> set[Any]:
             for v in get_args(f.annotation)}
 
 
+def _members(tp: Any) -> list[Any]:
+    """The types a plain union ``tp`` may hold (None left out); [] for any other type."""
+    while get_origin(tp) is Annotated:
+        if any(getattr(m, "discriminator", None) for m in get_args(tp)[1:]):
+            return []  # a tagged union: its tag is a key of the path (see _is_tag)
+        tp = get_args(tp)[0]
+    if get_origin(tp) is not Union and get_origin(tp) is not types.UnionType:
+        return []
+    return [a for a in get_args(tp) if a is not type(None)]
+
+
+def _member(members: list[Any], tag: Any) -> Any:
+    """The member of a union that pydantic names ``tag`` in an error's path (a model by its
+    class name, ``constrained-float``, ``dict[str,any]``…); None when unknown."""
+    tag = str(tag)
+    if tag.startswith("function-") and ", " in tag:  # function-after[_check(), Model]
+        tag = tag.partition(", ")[2].removesuffix("]")
+    for m in members:
+        if isinstance(m, type) and issubclass(m, BaseModel) and m.__name__ == tag:
+            return m
+    base = tag.split("[")[0].removeprefix("constrained-")
+    found = [m for m in members if _type_name(m) == base]
+    return found[0] if len(found) == 1 else None
+
+
+def _type_name(tp: Any) -> str:
+    """``float`` for ``Annotated[float, …]``, ``dict`` for ``dict[str, Any]``…"""
+    if get_origin(tp) is Annotated:
+        tp = get_args(tp)[0]
+    return str(getattr(get_origin(tp) or tp, "__name__", "")).lower()
+
+
 def _below(tp: Any, part: Any) -> Any:
     """The type found at key ``part`` of a value of type ``tp``; None when unknown."""
     origin = get_origin(tp)
@@ -107,7 +139,9 @@ def _below(tp: Any, part: Any) -> Any:
     if origin is dict:  # part is one of the mapping's keys
         return get_args(tp)[1]
     if origin in (list, tuple) and isinstance(part, int):
-        return get_args(tp)[0]
+        args = get_args(tp)
+        return args[0] if len(args) == 1 or args[-1] is Ellipsis else \
+            args[part] if part < len(args) else None
     models = _models(tp)
     if len(models) > 1:  # a tagged union puts the tag in the path (models.m.openai.base_url)
         tagged = [m for m in models if part in _tags(m)]
@@ -120,15 +154,52 @@ def _below(tp: Any, part: Any) -> Any:
     return None
 
 
+def _walk(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[list[Any], set[int]]:
+    """The type at every step of ``loc`` (None once unknown), and the positions in ``loc``
+    that name a member of a plain union (``active.constrained-float``): pydantic's, not a
+    key the user wrote."""
+    current: Any = model
+    found: list[Any] = []
+    tags: set[int] = set()
+    for i, part in enumerate(loc):
+        members = _members(current) if current is not None else []
+        if len(members) == 1:  # Optional[X]: no tag in the path
+            current, members = members[0], []
+        if len(members) > 1:
+            tags.add(i)
+            current = _member(members, part)
+        else:
+            current = _below(current, part) if current is not None else None
+        found.append(current)
+    return found, tags
+
+
 def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | None:
     """Names of the fields allowed at ``loc`` (for 'unknown key' hints)."""
-    current: Any = model
-    for part in loc:
-        current = _below(current, part)
-        if current is None:
-            return None
-    found = _models(current)
+    found = _models(_walk(model, loc)[0][-1] if loc else model)
     return list(found[0].model_fields) if len(found) == 1 else None
+
+
+#: Error types that say a value is of another type than a branch of a union takes: the
+#: branch that did not say so (or got deepest) explains what is wrong.
+_MISMATCH = frozenset({"model_type", "model_attributes_type", "dict_type", "list_type",
+                       "tuple_type", "set_type", "float_type", "int_type", "string_type",
+                       "bool_type", "bool_parsing", "int_parsing", "float_parsing",
+                       "literal_error", "is_instance_of", "none_required"})
+
+
+def _union_choice(errors: list[Any], first: Any, model: type[BaseModel]) -> tuple[Any, int]:
+    """The error of the union branch that explains ``first`` best (a mapping given for
+    ``active``: the mapping's own problem, not "should be a valid number"), and how many
+    errors of the other branches it stands for."""
+    loc = tuple(first["loc"])
+    _, tags = _walk(model, loc)
+    if not tags:
+        return first, 0
+    at = min(tags)
+    siblings = [e for e in errors if len(e["loc"]) > at and tuple(e["loc"][:at]) == loc[:at]]
+    best = max(siblings, key=lambda e: (e["type"] not in _MISMATCH, len(e["loc"])))
+    return best, len(siblings) - 1
 
 
 def unknown_key(key: Any, expected: Sequence[str], *, also: Sequence[str] = (),
@@ -182,8 +253,12 @@ def format_error(source: str, error: ValidationError, model: type[BaseModel]) ->
         if first is not missing and difflib.get_close_matches(
                 str(first["loc"][-1]), [str(missing["loc"][-1])], n=1):
             more -= 1  # the same mistake: base_url given, so base_urls missing
+    first, others = _union_choice(errors, first, model)
+    more -= others
     loc = tuple(first["loc"])
-    path = ".".join(key_text(p) for i, p in enumerate(loc) if not _is_tag(loc, i))
+    members = _walk(model, loc)[1]  # a union's member in the path: pydantic's, not a key
+    path = ".".join(key_text(p) for i, p in enumerate(loc)
+                    if not _is_tag(loc, i) and i not in members)
     kind = first["type"]
     if kind == "extra_forbidden":
         message = unknown_key(loc[-1], _fields_at(model, loc[:-1]) or ())

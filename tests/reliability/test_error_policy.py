@@ -43,6 +43,12 @@ async def test_a_retry_deadline_rides_out_an_outage(tmp_path: Path) -> None:
     summary = read_summary(run.path)
     assert (summary["status"], summary["steps"]) == ("failed", [])
     assert summary["error"].startswith("AllAnswersFailed: step 1: all 30 answers failed")
+    # What the failed step cost is kept: every request sent, every answer failed.
+    failed = summary["failed_step"]
+    assert failed["step"] == 1 and failed["failed"]["answers"] == 30
+    (traffic,) = failed["llm"].values()
+    assert traffic["requests"] == 30 and traffic["failures"] == 30
+    assert traffic["sent"] == traffic["requests"] + traffic["retries"] > 30
 
 
 async def test_stop_policy_stops_resumably_then_resume_finishes(tmp_path: Path) -> None:

@@ -81,8 +81,11 @@ async def test_resuming_a_finished_run_changes_nothing(
     tmp_path: Path, reference: list[dict[str, Any]],
 ) -> None:
     await fresh(tmp_path, FAST)
+    before = files(tmp_path)
     summary = await resumed(tmp_path)
-    assert summary["status"] == "completed" and summary["resumed_from_step"] == 3
+    assert summary["status"] == "completed" and summary["already_complete"] is True
+    assert "resumed_from_step" not in summary  # nothing was resumed
+    assert files(tmp_path) == before  # not a byte rewritten: summary.json keeps its wall time
     assert rows(read_table(tmp_path)) == reference
 
 

@@ -110,8 +110,13 @@ def test_agents_are_searched_and_paged_on_the_server(client: TestClient) -> None
     both = client.get("/api/runs/finished/agents",
                       params={"attribute": "profession", "value": "art", "group": 0}).json()
     assert both["total"] == 0  # group 0 is the economists
-    big = client.get("/api/runs/finished/agents", params={"size": 100_000}).json()
+    big = client.get("/api/runs/finished/agents", params={"size": 200}).json()
     assert big["size"] == 200 and len(big["rows"]) == 200  # pages are bounded
+    for params, why in [({"size": 100_000}, "size: 100000 (expected 1 to 200 rows per page)"),
+                        ({"size": 0}, "size: 0 (expected 1 to 200 rows per page)"),
+                        ({"page": -1}, "page: -1 (expected 0 or more; the first page is 0)")]:
+        refused = client.get("/api/runs/finished/agents", params=params)
+        assert (refused.status_code, refused.json()) == (400, {"error": why})
 
 
 def test_bad_agent_filters_get_one_line_errors(client: TestClient) -> None:

@@ -88,9 +88,18 @@ def test_an_out_of_range_filter_says_so(client: TestClient) -> None:
     assert message.startswith("page: ") and "integer" in message
 
 
+@pytest.mark.parametrize(("params", "message"), [
+    ({"size": BEYOND_INT64}, f"size: {BEYOND_INT64} (expected 1 to 200 rows per page)"),
+    ({"size": "0"}, "size: 0 (expected 1 to 200 rows per page)"),
+    ({"page": "-5"}, "page: -5 (expected 0 or more; the first page is 0)"),
+])
+def test_a_page_out_of_range_is_a_400_not_clamped(client: TestClient, params: dict[str, str],
+                                                  message: str) -> None:
+    assert _error(client.get("/api/runs/finished/agents", params=params), 400) == message
+
+
 @pytest.mark.parametrize("params", [
-    {"step": BEYOND_INT64}, {"page": BEYOND_INT64}, {"size": BEYOND_INT64},
-    {"page": "-5"}, {"size": "0"}, {"attribute": "group", "value": "1e999"},
+    {"step": BEYOND_INT64}, {"page": BEYOND_INT64}, {"attribute": "group", "value": "1e999"},
     {"attribute": "group", "value": "NaN"},
     {"table": "responses", "attribute": "number", "value": str(2**63 - 1)},  # a float column
 ])
@@ -177,3 +186,9 @@ def test_an_unexpected_error_is_one_log_line_and_a_json_500(
     message = record.getMessage()
     assert record.exc_info is None and "\n" not in message
     assert "GET '/api/runs'" in message and "RuntimeError: disk on fire" in message
+
+
+def test_a_slashed_path_is_a_json_404_not_a_redirect(client: TestClient) -> None:
+    for path in ("/api/runs/", "/api/runs/..%2f", "/api/runs/finished/"):
+        r = client.get(path, follow_redirects=False)
+        assert r.status_code == 404 and "error" in r.json(), (path, r.status_code, r.text)

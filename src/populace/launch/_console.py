@@ -81,6 +81,11 @@ class ConsoleObserver:
 
     def run_finished(self, summary: dict[str, Any]) -> None:
         self._clear()
+        if summary.get("already_complete"):  # a resume of a finished run
+            done = len(summary.get("steps") or ())
+            self.console.print(f"already complete: {done:,} of {done:,} steps; nothing to "
+                               "run, nothing changed", soft_wrap=True)
+            return
         self.warned = warned_steps(summary)
         if self.warned:
             done = len(summary.get("steps") or ())

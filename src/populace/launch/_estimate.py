@@ -112,22 +112,30 @@ def _concurrency(config: Any, workers: int) -> int | None:
 
 
 async def estimate(data: dict[str, Any], source: Path, overrides: dict[str, Any] | None = None,
-                   *, pilot: int = PILOT_AGENTS) -> Estimate:
+                   *, pilot: int | None = None) -> Estimate:
     """Estimate the run of run file ``data`` (read from ``source``) with ``overrides``,
-    from a pilot of ``pilot`` agents."""
+    from a pilot of ``pilot`` agents (at most the run's agents; default
+    :data:`PILOT_AGENTS`, or all the agents of a smaller run)."""
+    if pilot is not None and pilot < 1:
+        raise ConfigError(f"--pilot {pilot}: a pilot needs at least 1 agent")
     full = parse_run_file(dict(data), source, overrides)
     o = full.options
-    if pilot < 1:
-        raise ConfigError(f"--pilot {pilot}: a pilot needs at least 1 agent")
+    if pilot is not None and pilot > o.agents:
+        raise ConfigError(f"--pilot {pilot}: more agents than the run has (expected at most "
+                          f"{o.agents})")
     if not any(isinstance(c, OpenAIConfig) for c in o.models.values()):
         raise ConfigError(f"{source}: models: no model behind a server to estimate (only "
                           f"{', '.join(sorted({c.provider for c in o.models.values()}))}); "
                           "the dummy and scripted models cost nothing")
-    pilot_agents = min(pilot, o.agents)
+    pilot_agents = min(PILOT_AGENTS, o.agents) if pilot is None else pilot
     small: dict[str, Any] = {**(overrides or {}), "agents": pilot_agents}
     if "steps" in full.scenario.options:
         small["steps"] = 1
-    pilot_file: RunFile = parse_run_file(dict(data), source, small)
+    data = dict(data)
+    population = data.get("population")
+    if isinstance(population, dict) and population.get("size") is not None:
+        data["population"] = {**population, "size": pilot_agents}  # it follows agents
+    pilot_file: RunFile = parse_run_file(data, source, small)
     with tempfile.TemporaryDirectory(prefix="populace-estimate-") as tmp:
         run_dir = RunDirectory.create(Path(tmp) / "pilot")
         summary = await launch(pilot_file, run_dir, max_recoveries=0)

@@ -13,6 +13,7 @@ the statuses in :data:`STATUSES`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import signal
@@ -122,6 +123,21 @@ async def launch(run_file: RunFile, run_dir: RunDirectory | None = None, *,
     replay_dir = Path(replay) if replay is not None else None
     if replay_dir is not None:
         _check_replay(run_file, replay_dir)
+    with run_dir.hold() if run_dir is not None else contextlib.nullcontext():
+        if resume and run_dir is not None:
+            done = _completed(run_file, run_dir)
+            if done is not None:  # nothing to play: nothing is rewritten either
+                for observer in observers:
+                    observer.run_finished(done)
+                return done
+        return await _attempts(run_file, run_dir, monitor, observers, resume, replay_dir,
+                               max_recoveries)
+
+
+async def _attempts(run_file: RunFile, run_dir: RunDirectory | None,
+                    monitor: RunMonitor | None, observers: Sequence[Observer], resume: bool,
+                    replay_dir: Path | None, max_recoveries: int) -> dict[str, Any]:
+    """The run, then a resume from the last checkpoint after each lost worker."""
     for attempt in range(max_recoveries + 1):
         try:
             return await _attempt(run_file, run_dir, monitor, observers, resume, replay_dir)
@@ -193,6 +209,22 @@ def _summary(run_file: RunFile) -> dict[str, Any]:
             "agents": o.agents, "steps_planned": o.steps, "seed": o.seed,
             "backend": o.backend, "workers": o.workers, "models": sorted(o.models),
             "steps": [], "tables": [], "wall_s": 0.0}
+
+
+def _completed(run_file: RunFile, run_dir: RunDirectory) -> dict[str, Any] | None:
+    """The summary of a run that completed and is intact (its config, step files and last
+    checkpoint check out: nothing to play again), with ``already_complete``, which is not
+    saved; else None (the resume says what is wrong, or repairs it)."""
+    try:
+        summary = run_dir.read_summary()
+    except (OSError, ValueError):
+        return None
+    if summary.get("status") != "completed":
+        return None
+    start, _ = _resume_point(run_dir, _summary(run_file))
+    if start <= len(summary.get("steps") or ()):
+        return None  # a damaged checkpoint: the steps after the one before play again
+    return {**summary, "already_complete": True}
 
 
 def _resume_point(run_dir: RunDirectory, summary: dict[str, Any]) -> tuple[int, Any]:
@@ -363,6 +395,17 @@ async def _step(run: Run, scenario: Scenario, t: int, summary: dict[str, Any],
         await _own(scenario.step(run, t), run.run_file, run.run_dir)
     except StepAbandoned:
         return False
+    except Exception:
+        # The failed step is not written, but what it cost is: calls made and failed.
+        unfinished: dict[str, Any] = {"step": t}
+        if run._failed is not None:
+            unfinished["failed"] = run._failed
+        try:
+            unfinished["llm"] = _traffic(run, since=sent)
+        except Exception:  # the workers are gone: their counters with them
+            pass
+        summary["failed_step"] = unfinished
+        raise
     tables, body = run._finish()
     entry: dict[str, Any] = {"step": t, **body}
     llm = _traffic(run, since=sent)

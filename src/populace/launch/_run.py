@@ -7,7 +7,7 @@ import math
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -330,18 +330,30 @@ class Run:
         if raise_first:
             raise failed[0]
         kinds = Counter(error_kind(e) for e in failed)
-        kind, count = kinds.most_common(1)[0]
+        kind = kinds.most_common(1)[0][0]
         example = next(e for e in failed if error_kind(e) == kind)
+        self.count_failures(len(failed), len(results), kinds, str(example))
+
+    def count_failures(self, failed: int, of: int, kinds: Mapping[str, int],
+                       example: str) -> None:
+        """Count failures a scenario caught itself inside its answers (a respondent whose
+        questions failed one by one): ``failed`` of ``of`` units, by kind, with one example
+        message. They join the step's ``failed`` entry and its warning line, as failed
+        answers do; when everything the step counted failed, the run ends as failed
+        (:class:`AllAnswersFailed`, resumable)."""
+        if not failed:
+            return
         seen = self._failed or {"answers": 0, "of": 0, "kinds": {}}
-        seen["answers"] += len(failed)
-        seen["of"] += len(results)
+        seen["answers"] += failed
+        seen["of"] += of
         for k, n in kinds.items():
             seen["kinds"][k] = seen["kinds"].get(k, 0) + n
-        seen["example"] = " ".join(str(example).split())[:200]
+        seen["example"] = " ".join(example.split())[:200]
         self._failed = seen
-        if len(failed) == len(results):
+        if seen["answers"] >= seen["of"]:
+            kind, count = max(seen["kinds"].items(), key=lambda kv: kv[1])
             raise AllAnswersFailed(
-                f"step {self.step}: all {len(results)} answers failed (most common: {kind} "
+                f"step {self.step}: all {seen['of']} answers failed (most common: {kind} "
                 f"×{count}: {seen['example']})")
 
     # -- for the launcher -------------------------------------------------------------------

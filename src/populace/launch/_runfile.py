@@ -28,8 +28,9 @@ from types import ModuleType
 from typing import Any, Literal
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
+from populace._strict import MAX_AGENTS, MAX_STEPS, MAX_WORKERS, StrictModel
 from populace.config import format_error, key_text, read_yaml, unknown_key
 from populace.core import ConfigError
 from populace.llm import DummyConfig, ModelConfig, load_factory
@@ -50,22 +51,16 @@ DEFAULT_SCENARIO = "guess_number"
 ENTRY_POINTS = "populace.scenarios"
 #: Modules imported from scenario files are named with this prefix.
 USER_MODULE_PREFIX = "populace_user_"
-
-
-#: Upper limits of the run options, checked before anything is allocated or created.
-MAX_AGENTS = 1_000_000_000
-MAX_STEPS = 10_000_000
-MAX_WORKERS = 4096
+#: The longest wait between two checkpoints inside a step, minutes (a day).
+MAX_CHECKPOINT_MINUTES = 1440.0
 
 
 def _default_models() -> dict[str, ModelConfig]:
     return {"dummy": DummyConfig()}
 
 
-class RunOptions(BaseModel):
+class RunOptions(StrictModel):
     """The options of every run, whatever its scenario (the run file's top-level keys)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     scenario: str = Field(min_length=1, description="built-in name, entry point, or file.py:Class")
     name: str = Field("run", min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
@@ -80,8 +75,9 @@ class RunOptions(BaseModel):
     models: dict[str, ModelConfig] = Field(default_factory=_default_models, min_length=1)
     population: PopulationConfig | None = Field(None, description="aspects sampled per agent")
     checkpoint_minutes: float = Field(
-        5.0, gt=0, allow_inf_nan=False,
-        description="inside a long step, save the answers received so far this often")
+        5.0, gt=0, le=MAX_CHECKPOINT_MINUTES,
+        description="inside a long step, save the answers received so far this often "
+        "(at most once a day: 1440)")
     settings: dict[str, Any] = Field(default_factory=dict, description="the scenario's own")
 
     @field_validator("address")
@@ -95,6 +91,12 @@ class RunOptions(BaseModel):
     def _address(self) -> RunOptions:
         if self.address is not None and self.backend != "ray":
             raise ValueError("address: is only meaningful with backend: ray")
+        return self
+
+    @model_validator(mode="after")
+    def _population(self) -> RunOptions:
+        if self.population is not None:
+            self.population.check_agents(self.agents)
         return self
 
     def backend_options(self) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from populace._strict import StrictModel
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -37,12 +37,12 @@ def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-class ScenarioSettings(BaseModel):
+class ScenarioSettings(StrictModel):
     """A scenario's own settings (the run file's ``settings:`` block and its other top-level
     keys). Subclass it with typed fields and defaults; an unknown key or a wrong value is a
-    one-line error naming the run file and the key."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    one-line error naming the run file and the key. Numbers are taken as written: ``true``
+    for an ``int`` or ``float`` field is refused, as is ``2.5`` for an ``int``;
+    a model nested in the settings gets the same checks when it subclasses this class."""
 
 
 class Scenario:

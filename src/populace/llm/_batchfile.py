@@ -27,6 +27,7 @@ BatchResult(text='Hello', prompt_tokens=1, completion_tokens=1, error=None)
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -263,12 +264,20 @@ def _message_of(x: Any) -> str | None:
 
 
 def _replace(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file beside it."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Write ``data`` to ``path`` through a temporary file beside it; an OSError names
+    ``path`` (never the temporary file)."""
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise type(e)(e.errno, e.strerror, str(path)) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise type(e)(e.errno, e.strerror, str(path)) from None
         raise

@@ -10,8 +10,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from populace._strict import MAX_LATENCY_S, MAX_TIMEOUT_S, StrictModel
 from populace.core import ConfigError
 
 from ._base import ModelClient
@@ -21,15 +22,12 @@ from ._scripted import ScriptedModel, ScriptedParams
 from ._wrappers import Counted
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class DummyConfig(_Strict):
+class DummyConfig(StrictModel):
     """``provider: dummy`` — no server; waits ``latency`` s, answers a random integer."""
 
     provider: Literal["dummy"] = "dummy"
-    latency: float = Field(1.0, ge=0, le=3600, description="seconds each call waits")
+    latency: float = Field(1.0, ge=0, le=MAX_LATENCY_S, description="seconds each call waits "
+                           "(at most 3600)")
     jitter: float = Field(0.0, ge=0, le=1, description="spread of the wait: each call waits "
                           "latency × (1 ± jitter), uniform and fixed by the call's seed")
     low: int = Field(0, description="smallest number answered")
@@ -42,7 +40,7 @@ class DummyConfig(_Strict):
         return self
 
 
-class BatchConfig(_Strict):
+class BatchConfig(StrictModel):
     """``batch:`` of an openai model: send a step's calls as batch jobs (see
     ``populace.llm._batch``): ``api`` (``/v1/files`` + ``/v1/batches``: half the price at
     OpenAI, hours of latency) or ``files`` (vLLM's offline ``run_batch``)."""
@@ -59,7 +57,7 @@ class BatchConfig(_Strict):
                                       "vLLM's run_batch with {model})")
 
 
-class OpenAIConfig(_Strict):
+class OpenAIConfig(StrictModel):
     """``provider: openai`` — any OpenAI-compatible server (vLLM, SGLang, Ollama, OpenAI).
 
     ```yaml
@@ -80,16 +78,20 @@ class OpenAIConfig(_Strict):
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     max_tokens: int | None = Field(None, ge=1)
-    timeout: float = Field(60.0, gt=0, description="seconds per attempt")
+    timeout: float = Field(60.0, gt=0, le=MAX_TIMEOUT_S, description="seconds per attempt "
+                           "(at most 86400)")
     max_retries: int = Field(4, ge=0, description="retries after the first attempt")
     max_concurrency: int = Field(64, ge=1, description="requests in flight per endpoint")
     eject_after: int = Field(5, ge=1, description="consecutive failures that eject an endpoint")
-    cooldown: float = Field(10.0, ge=0, description="seconds an ejected endpoint rests")
-    max_backoff: float = Field(8.0, ge=0, description="longest wait between two attempts, "
-                               "seconds (the wait doubles from 0.25 s after each failure)")
+    cooldown: float = Field(10.0, ge=0, le=MAX_TIMEOUT_S,
+                            description="seconds an ejected endpoint rests")
+    max_backoff: float = Field(8.0, ge=0, le=MAX_TIMEOUT_S, description="longest wait "
+                               "between two attempts, seconds (the wait doubles from 0.25 s "
+                               "after each failure)")
     retry_deadline: float | None = Field(
-        None, gt=0, description="keep retrying a call until this many seconds after its "
-        "first attempt (then max_retries is not used): rides out a server restart")
+        None, gt=0, le=MAX_TIMEOUT_S, description="keep retrying a call until this many "
+        "seconds after its first attempt (then max_retries is not used): rides out a server "
+        "restart")
     price_per_million: tuple[float, float] | None = Field(
         None, description="[prompt, completion] price per million tokens: summaries then "
         "report the cost")
@@ -107,7 +109,7 @@ class OpenAIConfig(_Strict):
         return cleaned
 
 
-class ScriptedConfig(_Strict):
+class ScriptedConfig(StrictModel):
     """``provider: scripted`` — no server; answers by a documented rule of the prompt.
 
     Personas, prompt level, rules and earlier winners shape its numbers (see
@@ -121,7 +123,8 @@ class ScriptedConfig(_Strict):
     """
 
     provider: Literal["scripted"]
-    latency: float = Field(0.0, ge=0, le=3600, description="seconds each call waits")
+    latency: float = Field(0.0, ge=0, le=MAX_LATENCY_S, description="seconds each call waits "
+                           "(at most 3600)")
     depth: float = Field(0.0, ge=-5, le=20, description="reasoning steps added to every answer")
     noise: float = Field(1.0, ge=0, description="multiplies the spread of the answers")
     invalid: float = Field(0.0, ge=0, le=1, description="share of answers that settle on no "
@@ -134,7 +137,7 @@ class ScriptedConfig(_Strict):
                               primacy=self.primacy)
 
 
-class PythonConfig(_Strict):
+class PythonConfig(StrictModel):
     """``provider: python`` — a model client of your own (a local ``transformers``
     pipeline, another API): ``factory`` names a callable as ``path/to/file.py:name``
     (relative to the run file) or ``package.module:name`` (importable on every worker),

@@ -43,6 +43,7 @@ from typing import Any, Literal, NamedTuple
 
 from aiohttp import BodyPartReader, web
 
+from populace._strict import MAX_LATENCY_S, MAX_TIMEOUT_S
 from populace.core import derive_seed, mix64, unit_float
 
 from ._batchfile import (
@@ -89,7 +90,8 @@ class ServerOptions:
     completion request, every completion request is answered 503 with ``Retry-After:
     retry_after`` (a model down behind its gateway); those answers do not count as requests
     (the fates of the others stay as without the outage). ``batch_latency``: the seconds a
-    batch job takes to answer all its requests (spread evenly over them).
+    batch job takes to answer all its requests (spread evenly over them). Latencies are at
+    most 3600 seconds, the other times at most 86400 (a day).
     """
 
     models: Sequence[str] = ("dummy",)
@@ -115,12 +117,13 @@ class ServerOptions:
         object.__setattr__(self, "models", models)
         lat = self.latency
         if isinstance(lat, tuple | list):
-            if len(lat) != 2 or not 0 <= lat[0] <= lat[1]:
-                raise ValueError(f"latency range must be (low, high) with 0 <= low <= high, "
-                                 f"got {lat!r}")
+            if len(lat) != 2 or not all(_within(x, MAX_LATENCY_S) for x in lat) or \
+                    not lat[0] <= lat[1]:
+                raise ValueError(f"latency range must be (low, high) with 0 <= low <= high <= "
+                                 f"{MAX_LATENCY_S:g} seconds, got {lat!r}")
             object.__setattr__(self, "latency", (float(lat[0]), float(lat[1])))
-        elif lat < 0:
-            raise ValueError(f"latency must be >= 0, got {lat}")
+        elif not _within(lat, MAX_LATENCY_S):
+            raise ValueError(f"latency must be from 0 to {MAX_LATENCY_S:g} seconds, got {lat}")
         if self.policy not in _POLICIES:
             raise ValueError(f"policy must be one of {', '.join(_POLICIES)}, got {self.policy!r}")
         if self.high < self.low:
@@ -128,13 +131,24 @@ class ServerOptions:
         rates = (self.rate_500, self.rate_429, self.rate_timeout, self.rate_malformed)
         if any(not 0 <= r <= 1 for r in rates) or sum(rates) > 1 + 1e-9:
             raise ValueError(f"error rates must lie in [0, 1] and sum to at most 1, got {rates}")
-        if self.retry_after < 0 or self.timeout_sleep < 0 or self.batch_latency < 0:
-            raise ValueError("retry_after, timeout_sleep and batch_latency must be >= 0")
+        for name in ("retry_after", "timeout_sleep", "batch_latency"):
+            if not _within(getattr(self, name), MAX_TIMEOUT_S):
+                raise ValueError(f"{name} must be from 0 to {MAX_TIMEOUT_S:g} seconds, got "
+                                 f"{getattr(self, name)}")
         if self.outage is not None:
             if len(self.outage) != 2 or not all(x >= 0 for x in self.outage):
                 raise ValueError(f"outage must be (start, duration) with both >= 0, "
                                  f"got {self.outage!r}")
+            if not all(_within(x, MAX_TIMEOUT_S) for x in self.outage):
+                raise ValueError(f"outage must be (start, duration) with both at most "
+                                 f"{MAX_TIMEOUT_S:g} seconds, got {self.outage!r}")
             object.__setattr__(self, "outage", (float(self.outage[0]), float(self.outage[1])))
+
+
+def _within(seconds: Any, most: float) -> bool:
+    """A number of seconds from 0 to ``most`` (not NaN, not a boolean)."""
+    return isinstance(seconds, int | float) and not isinstance(seconds, bool) and \
+        0 <= seconds <= most
 
 
 class _State:

@@ -30,7 +30,7 @@ import math
 from collections.abc import Mapping
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import (
@@ -41,8 +41,9 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
+from populace._strict import MAX_AGENTS, StrictModel
+from populace._strict import fail_at as _fail
 from populace.config import load_config, read_yaml, validate
 from populace.core import ConfigError
 
@@ -66,17 +67,6 @@ _NUMERIC_PARAMS = {
     "lognormal": ("mu", "sigma"),
 }
 _ALL_PARAMS = ("mean", "std", "low", "high", "mu", "sigma")
-
-
-def _fail(loc: tuple[str | int, ...], message: str) -> NoReturn:
-    """Raise a validation error at ``loc`` below the model being validated.
-
-    pydantic prefixes the location with the path to this model, so the final error names
-    the full key path (``population.aspects.occupation.weights.doctorate``).
-    """
-    error = PydanticCustomError("value_error", message.replace("{", "{{").replace("}", "}}"))
-    raise ValidationError.from_exception_data(
-        "population", [InitErrorDetails(type=error, loc=loc, input=None)])
 
 
 def _weight(value: Any, loc: tuple[str | int, ...]) -> float:
@@ -115,11 +105,7 @@ def _distribution(table: Any, unit: Literal["weights", "percentages"],
     return Categorical(tuple(values), np.asarray(weights) / total)
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class AspectConfig(_Strict):
+class AspectConfig(StrictModel):
     """One attribute of every agent: categorical, numeric, or conditional on another aspect.
 
     Categorical: ``values:`` (equal shares), ``weights:`` (sum 1) or ``percentages:``
@@ -266,7 +252,7 @@ class AspectConfig(_Strict):
         return "conditional" if isinstance(spec, Conditional) else "categorical"
 
 
-class GroupsConfig(_Strict):
+class GroupsConfig(StrictModel):
     """``groups:`` — ``{by: aspect}`` (one group per value) or ``{count: k}`` (k equal groups).
 
     Group ids are integers: with ``by``, the position of the agent's value among the aspect's
@@ -285,7 +271,7 @@ class GroupsConfig(_Strict):
         return self
 
 
-class BackgroundConfig(_Strict):
+class BackgroundConfig(StrictModel):
     """``backgrounds:`` — how each agent's background is asked of a model.
 
     ``temperature`` is a ``[low, high]`` range (or one number); every agent gets its own
@@ -328,7 +314,7 @@ class BackgroundConfig(_Strict):
         return value
 
 
-class PopulationConfig(_Strict):
+class PopulationConfig(StrictModel):
     """A population: its size, the aspects every agent gets, groups, background settings.
 
     >>> cfg = PopulationConfig.model_validate(
@@ -337,7 +323,8 @@ class PopulationConfig(_Strict):
     'categorical'
     """
 
-    size: int | None = Field(default=None, ge=1, description="number of agents")
+    size: int | None = Field(default=None, ge=1, le=MAX_AGENTS,
+                             description="number of agents (at most 1,000,000,000)")
     seed: int | None = Field(default=None, ge=0,
                              description="sampling seed; the run's seed if unset")
     aspects: dict[str, AspectConfig] = Field(default_factory=dict)
@@ -357,6 +344,10 @@ class PopulationConfig(_Strict):
             if isinstance(spec, Conditional):
                 self._check_conditional(name, spec)
         self._order = self._topological()
+        count = self.groups.count if self.groups is not None else None
+        if count is not None and self.size is not None and count > self.size:
+            _fail(("groups", "count"), f"{count} groups for {self.size} agents (expected at "
+                                       f"most {self.size})")
         if self.groups is not None and self.groups.by is not None:
             by = self.groups.by
             if by not in self.aspects:
@@ -371,6 +362,18 @@ class PopulationConfig(_Strict):
                   f"unknown template variable {unknown[0]!r}; expected one of "
                   f"{', '.join(sorted(allowed))}")
         return self
+
+    def check_agents(self, agents: int) -> None:
+        """Raise ValueError (naming the keys) unless this population fits a run of ``agents``
+        agents: ``size`` the same or left out, and no more ``groups.count`` than agents (a
+        group would be left empty)."""
+        if self.size is not None and self.size != agents:
+            raise ValueError(f"population.size ({self.size}) differs from agents ({agents}); "
+                             "leave it out to follow agents")
+        count = self.groups.count if self.groups is not None else None
+        if count is not None and count > agents:
+            raise ValueError(f"population.groups.count: {count} groups for {agents} agents "
+                             f"(expected at most {agents})")
 
     def _check_conditional(self, name: str, spec: Conditional) -> None:
         parent = self.aspects.get(spec.given)

@@ -68,4 +68,12 @@ def template_names(source: str) -> set[str]:
 
 
 def render(template: jinja2.Template, variables: dict[str, Any]) -> str:
-    return template.render(variables).strip()
+    """``template`` filled with ``variables``; any failure of the template's own expressions
+    (``{{ education + 1 }}`` on text) as a :class:`jinja2.TemplateError`, like an
+    undefined name."""
+    try:
+        return template.render(variables).strip()
+    except jinja2.TemplateError:
+        raise
+    except Exception as e:  # the user's expression: one line, not a traceback
+        raise jinja2.TemplateRuntimeError(f"{type(e).__name__}: {e}") from None

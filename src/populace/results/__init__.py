@@ -19,7 +19,14 @@ from ._compare import Comparison, write_comparison
 from ._grid import panel_grid
 from ._monitor import RunMonitor, RunSnapshot, error_kind, run_snapshot
 from ._report import Report, sweep_table, write_report
-from ._rundir import RunDirectory, atomic_write, read_partial, read_summary, read_table
+from ._rundir import (
+    RunDirectory,
+    RunInUse,
+    atomic_write,
+    read_partial,
+    read_summary,
+    read_table,
+)
 from ._runs import Breakdown, RunData, headline, load_run
 
 __all__ = [
@@ -29,6 +36,7 @@ __all__ = [
     "Report",
     "RunData",
     "RunDirectory",
+    "RunInUse",
     "RunMonitor",
     "RunSnapshot",
     "atomic_write",

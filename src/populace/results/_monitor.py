@@ -34,7 +34,7 @@ import numpy as np
 
 from populace._procmem import rss_bytes
 from populace.core import ModelError, PlaceholderSet, Simulation, SimulationStats
-from populace.llm import model_stats
+from populace.llm import ModelStats, model_stats
 
 #: Turns a batch of arrived replies into (numbers, NaN where invalid; latencies in seconds).
 Measure = Callable[[Sequence[Any]], tuple[np.ndarray, np.ndarray]]
@@ -122,17 +122,6 @@ class WorkerRow:
 
 
 @dataclass(frozen=True, slots=True)
-class ModelRow:
-    model: str
-    requests: int
-    failures: int
-    in_flight: int
-    prompt_tokens: int
-    completion_tokens: int
-    retries: int
-
-
-@dataclass(frozen=True, slots=True)
 class EndpointRow:
     url: str
     state: str
@@ -166,7 +155,7 @@ class LLMView:
     answers_per_s: float = 0.0
     latency_s: Latency = Latency()
     errors: tuple[tuple[str, int], ...] = ()  # failed answers by kind, most frequent first
-    models: tuple[ModelRow, ...] = ()
+    models: tuple[ModelStats, ...] = ()  # one per model, summed over workers
     endpoints: tuple[EndpointRow, ...] = ()
     workers_share_memory: bool = False
 
@@ -601,7 +590,8 @@ class RunMonitor:
         self._llm = dataclasses.replace(
             self._llm, requests=total[0], failures=total[1], in_flight=total[2],
             prompt_tokens=total[3], completion_tokens=total[4], retries=total[5],
-            models=tuple(ModelRow(k, *v) for k, v in sorted(models.items())[:MAX_ENDPOINTS]),
+            models=tuple(ModelStats(k, v[0], v[1], v[2], v[3], v[4], v[5])
+                         for k, v in sorted(models.items())[:MAX_ENDPOINTS]),
             endpoints=tuple(
                 EndpointRow(e[0], e[1], e[2], e[3], e[4],
                             round(e[5] / (e[2] - e[4]), 4) if e[2] > e[4] else None)
@@ -760,6 +750,12 @@ def run_snapshot(run_dir: str | Path) -> RunSnapshot:
     last_dists = next((e for e in reversed(entries) if e.get("distributions")), None)
     status = str(summary.get("status", "unknown"))
     status = {"done": "completed"}.get(status, status)
+    error = summary.get("error")
+    if status == "running" and not RunDirectory(d).in_use():
+        # nobody holds the run: its process ended without a word (kill -9, a lost machine)
+        status = "interrupted"
+        error = error or "the process running it ended without saving its status " \
+            "(killed?); continue with populace run --resume"
     agents = summary.get("agents")
     shown = rows[-1]["step"] if rows else 0
     try:
@@ -768,8 +764,8 @@ def run_snapshot(run_dir: str | Path) -> RunSnapshot:
         tables = []
     models = summary.get("models")
     return RunSnapshot(
-        run_id=d.name, seq=0, status=status, error=summary.get("error"),
-        stop_requested=False, finished=True, live=False,
+        run_id=d.name, seq=0, status=status, error=error,
+        stop_requested=False, finished=status != "running", live=False,
         name=summary.get("name") or d.name,
         agents=agents if isinstance(agents, int) else None,
         steps_planned=summary.get("steps_planned") or summary.get("rounds_planned"),

@@ -18,6 +18,7 @@ it (or the ``read_*`` functions).
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import io
 import json
@@ -35,6 +36,14 @@ import pyarrow.parquet as pq
 import yaml
 
 from populace.core import ConfigError
+
+#: The file a process writing a run holds locked (see :meth:`RunDirectory.hold`).
+LOCK = ".lock"
+
+
+class RunInUse(ConfigError):
+    """Another process is writing this run directory (its run, or a resume of it): the
+    directory does not fit this run, like a bad run file (exit 2)."""
 
 
 def _new_temp(path: Path) -> Path:
@@ -231,6 +240,48 @@ class RunDirectory:
         made.path.mkdir(parents=True, exist_ok=True)
         made._made = tuple(missing)
         return made
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        """Hold the run directory for the run writing it: an exclusive ``flock`` on its
+        ``.lock`` file, released by the kernel however the process ends (kill -9 too).
+        A second process that would write the same run (two resumes at once) gets
+        :class:`RunInUse`; :meth:`in_use` tells readers (the studio) whether a run said
+        ``running`` is still alive."""
+        path = self.path / LOCK
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
+                raise RunInUse(f"{self.path}: another process (pid {holder}) is writing this "
+                               "run; wait for it to end, or stop it first") from None
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            try:
+                yield
+            finally:
+                # Unlinked while still held: a run that failed before writing anything
+                # leaves an empty directory, which remove_if_empty() takes away.
+                path.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+
+    def in_use(self) -> bool:
+        """Whether a process holds this run (see :meth:`hold`): a ``running`` run that is
+        not in use was interrupted (killed, or its machine went down)."""
+        try:
+            fd = os.open(self.path / LOCK, os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # closing drops a lock this call took
+        return False
 
     def remove_if_empty(self) -> None:
         """Remove the directories :meth:`create` made, as long as they are empty: a run that

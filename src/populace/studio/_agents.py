@@ -165,8 +165,11 @@ class AgentBrowser:
                attribute: str | None = None, value: str | None = None, page: int = 0,
                size: int = 50) -> dict[str, Any]:
         """One page of the rows of ``table`` (at ``step``) matching every filter given."""
+        if not 1 <= size <= MAX_PAGE:
+            raise AgentQueryError(f"size: {size} (expected 1 to {MAX_PAGE} rows per page)")
+        if page < 0:
+            raise AgentQueryError(f"page: {page} (expected 0 or more; the first page is 0)")
         chosen, _, rows = self._pick(run, table, step)
-        size = max(1, min(size, MAX_PAGE))
         mask = None
 
         def both(m: Any) -> Any:
@@ -185,7 +188,6 @@ class AgentBrowser:
         if mask is not None:
             rows = rows.filter(pc.fill_null(mask, False))
         total = rows.num_rows
-        page = max(0, page)
         shown = rows.slice(page * size, size)
         data = [[_cell(v) for v in row.values()] for row in shown.to_pylist()]
         return {"table": chosen["name"], "step": chosen.get("step"), "total": total,

@@ -82,8 +82,9 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
     if not loopback and not token:
         raise ValueError(f"binding the studio to {host} needs a token (--token, or let "
                          "`populace studio` generate one)")
+    # No redirects to a slashed path: every answer is the page, JSON, or a JSON error.
     app = FastAPI(title="Populace Studio", version=populace.__version__, docs_url=None,
-                  redoc_url=None, openapi_url=None)
+                  redoc_url=None, openapi_url=None, redirect_slashes=False)
     app.add_middleware(_InternalErrors)
     agents = AgentBrowser()
     app.state.runs = runs

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import string
+from decimal import Decimal
 from fractions import Fraction
 from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import (
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     PlainSerializer,
     ValidationInfo,
@@ -18,12 +17,17 @@ from pydantic import (
     model_validator,
 )
 
+from populace._strict import MAX_AGENTS, MAX_STEPS, MAX_WORKERS, StrictModel, fail_at
 from populace.core import derive_seed
 from populace.llm import DummyConfig, ModelConfig
 from populace.population import PopulationConfig
 
 from ._prompts import RULES
 from ._rules import parse_ratio
+
+#: The largest magnitude of ``low``, ``high``, ``offset`` and the target: beyond it answers
+#: lose their units (floats are exact integers up to 2**53) and a mean could overflow.
+MAX_MAGNITUDE = 1e15
 
 #: Fields a participant prompt template may use.
 PROMPT_FIELDS = frozenset({
@@ -36,6 +40,13 @@ _INT_FIELDS = frozenset({"n_players", "round", "rounds"})
 #: The round prompt unless ``game.prompt`` replaces it: the rules, then the level's
 #: instruction (see ``_prompts.py``).
 DEFAULT_PROMPT = RULES + " {instruction}"
+
+class _Shared(dict[str, Any]):
+    """The moderator's fill of the prompt: per-agent fields are left for the agents."""
+
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
 
 def _share(value: Any) -> Fraction:
     if isinstance(value, bool) or not isinstance(value, int | float | str | Fraction):
@@ -64,17 +75,16 @@ Ratio = Annotated[
 ]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class GameConfig(_Strict):
+class GameConfig(StrictModel):
     """``game:`` — the rules of the round and what participants are told."""
 
     ratio: Ratio = Field(Fraction(2, 3), description="target = offset + ratio × mean, e.g. 2/3")
-    offset: float = Field(0.0, description="added to the target; 5 with ratio 1/2 → equilibrium 10")
-    low: float = Field(0.0, description="smallest valid answer")
-    high: float = Field(100.0, description="largest valid answer")
+    offset: float = Field(0.0, ge=-MAX_MAGNITUDE, le=MAX_MAGNITUDE, description="added to "
+                          "the target; 5 with ratio 1/2 → equilibrium 10")
+    low: float = Field(0.0, ge=-MAX_MAGNITUDE, le=MAX_MAGNITUDE,
+                       description="smallest valid answer")
+    high: float = Field(100.0, ge=-MAX_MAGNITUDE, le=MAX_MAGNITUDE,
+                        description="largest valid answer")
     level: Literal["P1", "P2", "P3", "P4"] = Field(
         "P1", description="guidance: P1 answer directly … P4 step by step, rational, adaptive")
     famous_note: bool = Field(False, description="say it is a variant of the famous 2/3 game")
@@ -89,8 +99,8 @@ class GameConfig(_Strict):
                                "in its conversation")
     temperature: float | None = Field(None, ge=0, le=2)
     max_tokens: int | None = Field(None, ge=1, description="cap on each answer's tokens")
-    groups: int = Field(1, ge=1, le=1_000_000_000, description="number of groups agents are "
-                        "dealt into (at most MAX_AGENTS)")
+    groups: int = Field(1, ge=1, le=MAX_AGENTS, description="number of groups agents are "
+                        "dealt into (at most one per agent)")
     on_model_error: Literal["continue", "stop"] = Field(
         "continue", description="when a participant gets no answer after every retry: "
         "continue (its row is invalid, with the reason) or stop the run, resumable later")
@@ -103,6 +113,15 @@ class GameConfig(_Strict):
     def _check(self) -> GameConfig:
         if self.high <= self.low:
             raise ValueError(f"high ({self.high}) must be greater than low ({self.low})")
+        # exact arithmetic: a ratio like 1e400 must not overflow while it is checked
+        for mean in (self.low, self.high):
+            target = Fraction(self.offset) + self.ratio * Fraction(mean)
+            if abs(target) > MAX_MAGNITUDE:
+                key = "ratio" if abs(self.ratio * Fraction(mean)) > MAX_MAGNITUDE / 2 \
+                    else "offset"
+                value = Decimal(target.numerator) / Decimal(target.denominator)
+                fail_at((key,), f"an average of {mean:g} gives the target {value:.3g} "
+                        f"(offset + ratio × average; expected within ±{MAX_MAGNITUDE:.0e})")
         return self
 
     @field_validator("prompt")
@@ -120,15 +139,16 @@ def _default_models() -> dict[str, ModelConfig]:
     return {"dummy": DummyConfig()}
 
 
-class RunConfig(_Strict):
+class RunConfig(StrictModel):
     """The whole run file of the ``guess_number`` scenario."""
 
     scenario: Literal["guess_number"] = "guess_number"
     name: str = Field("guess-number", min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
     seed: int = Field(0, ge=0, description="one seed for the whole run")
-    agents: int = Field(1000, ge=1, description="number of participants")
-    rounds: int = Field(1, ge=1)
-    workers: int = Field(1, ge=1, description="worker count (each hosts many agents)")
+    agents: int = Field(1000, ge=1, le=MAX_AGENTS, description="number of participants")
+    rounds: int = Field(1, ge=1, le=MAX_STEPS)
+    workers: int = Field(1, ge=1, le=MAX_WORKERS,
+                         description="worker count (each hosts many agents)")
     backend: Literal["local", "ray"] = Field("local", description="where workers live")
     address: str | None = Field(None, description="Ray cluster to join ('auto', 'ray://…'); "
                                 "default: start a local one")
@@ -140,8 +160,8 @@ class RunConfig(_Strict):
         "(1/3) or counts (500)")
     game: GameConfig = Field(default_factory=GameConfig)
     checkpoint_minutes: float = Field(
-        5.0, gt=0, description="inside a round, save the answers so far this often (every "
-        "round also ends with a full checkpoint)")
+        5.0, gt=0, le=1440, description="inside a round, save the answers so far this often "
+        "(every round also ends with a full checkpoint; at most 1440, once a day)")
     population: PopulationConfig | None = Field(
         None, description="aspects sampled for every participant (see populace.population); "
         "its groups replace game.groups, its attributes and backgrounds reach the prompts")
@@ -219,9 +239,7 @@ class RunConfig(_Strict):
     def _population(self) -> RunConfig:
         pop = self.population
         if pop is not None:
-            if pop.size is not None and pop.size != self.agents:
-                raise ValueError(f"population.size ({pop.size}) differs from agents "
-                                 f"({self.agents}); leave it out to follow agents")
+            pop.check_agents(self.agents)
             model = pop.backgrounds.model
             if model is not None and model not in self.models:
                 raise ValueError(f"population.backgrounds.model {model!r} is not defined "
@@ -236,6 +254,23 @@ class RunConfig(_Strict):
             self.game.prompt.format_map({f: 1 if f in _INT_FIELDS else "x" for f in allowed})
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
             raise ValueError(f"game.prompt: cannot fill the template: {e}") from None
+        agent = self.agent_fields()
+        if agent:  # the moderator fills the game's fields, then each agent its own
+            shared = self.game.prompt.format_map(_Shared(
+                {f: 1 if f in _INT_FIELDS else "x" for f in PROMPT_FIELDS}))
+            try:
+                shared.format_map(dict.fromkeys(agent, "x"))
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+                raise ValueError(f"game.prompt: cannot fill the template for each agent: "
+                                 f"{type(e).__name__} {e} (with a population the prompt is "
+                                 "filled twice: write a literal brace as {{{{ or }}}})") from None
+        return self
+
+    @model_validator(mode="after")
+    def _groups(self) -> RunConfig:
+        if self.game.groups > self.agents:
+            fail_at(("game", "groups"), f"{self.game.groups} groups for {self.agents} agents "
+                    f"(expected at most {self.agents})")
         return self
 
     @model_validator(mode="after")

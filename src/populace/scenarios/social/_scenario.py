@@ -9,16 +9,21 @@ posts, the follows made and the counters, and writes the ``posts``, ``actions`` 
 
 from __future__ import annotations
 
+import difflib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from populace._strict import StrictModel
+from populace.config import key_text
 from populace.core import ConfigError, PerWorker, derive_seed
 from populace.launch import Run, RunFile, Scenario, ScenarioSettings
+from populace.population import PopulationConfig, largest_remainder
 from populace.results import atomic_write
 
 from ._agents import Part, Person, Shard, StepData
@@ -34,11 +39,7 @@ KINDS = ("news", "post", "repost")
 NEWS, ORIGINAL, SHARED = range(3)
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class GraphSettings(_Strict):
+class GraphSettings(StrictModel):
     mean_degree: float = Field(20.0, gt=0, le=10_000, description="follows per agent")
     homophily: float = Field(0.0, ge=0, le=1, description="share of follows within the "
                              "agent's own value of `by`")
@@ -50,13 +51,13 @@ class GraphSettings(_Strict):
                                   "follows are drawn: higher, fewer and smaller hubs")
 
 
-class FeedSettings(_Strict):
+class FeedSettings(StrictModel):
     k: int = Field(10, ge=1, le=1000, description="posts in a feed")
     window: int = Field(3, ge=0, le=1000, description="steps a post stays in feeds")
     recommender: Literal["chronological", "popularity", "random"] = "popularity"
 
 
-class ActivitySettings(_Strict):
+class ActivitySettings(StrictModel):
     share: float = Field(0.3, ge=0, le=1, description="agents active each step")
     by: str | None = None
     shares: dict[str, float] | None = Field(None, description="share per value of `by`")
@@ -71,7 +72,7 @@ class ActivitySettings(_Strict):
         return self
 
 
-class ScriptedSettings(_Strict):
+class ScriptedSettings(StrictModel):
     repost_base: float = Field(0.02, ge=0, le=1)
     per_share: float = Field(0.08, ge=0, le=1)
     similar: float = Field(0.05, ge=0, le=1)
@@ -86,12 +87,44 @@ class ScriptedSettings(_Strict):
         return self
 
 
-class News(_Strict):
+class News(StrictModel):
     step: int = Field(ge=1, strict=True)
     label: str = Field(min_length=1, max_length=64)
     text: str = Field(min_length=1)
     authors: int = Field(10, ge=1, strict=True)
     where: dict[str, str] | None = Field(None, description="authors' aspect values")
+
+
+def _check_shares(active: ActivitySettings, people: PopulationConfig,
+                  fail: Callable[[str, str], ConfigError]) -> None:
+    """``active.shares`` names values of ``active.by`` only: a misspelt one would leave
+    its agents at ``active.share`` without a word."""
+    assert active.by is not None
+    if people.aspects[active.by].kind == "numeric":
+        raise fail("active.by", f"{active.by!r} is numeric; shares need a categorical aspect")
+    values = people.values(active.by)
+    for value in active.shares or {}:
+        if value not in values:
+            close = difflib.get_close_matches(value, values, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise fail(f"active.shares.{key_text(value)}", f"not a value of {active.by}{hint} "
+                       f"(values: {', '.join(values)})")
+
+
+def _pool(item: News, people: PopulationConfig | None, agents: int) -> int:
+    """How many agents may author news ``item``: all of them, or those with its one
+    ``where`` value of a plain categorical aspect (exact counts, known before sampling);
+    other ``where`` forms are checked when the news appears."""
+    where = item.where or {}
+    if len(where) != 1 or people is None:
+        return agents
+    [(aspect, value)] = where.items()
+    if aspect not in people.aspects or people.aspects[aspect].kind != "categorical":
+        return agents
+    shares = people.targets()[aspect]  # the sampler's own shares, in its order
+    if value not in shares:
+        return agents
+    return int(largest_remainder(agents, list(shares.values()))[list(shares).index(value)])
 
 
 def _finite(value: Any) -> Any:
@@ -144,15 +177,30 @@ class Social(Scenario):
                 settings.graph.edges is None:
             raise fail("graph.homophily", "needs graph.by: (the aspect agents follow their "
                        "own kind by)")
+        people = PopulationConfig.model_validate(population) if population else None
         active = settings.active
-        if isinstance(active, ActivitySettings) and active.by is not None and \
-                active.by not in aspects:
-            raise fail("active.by", f"{active.by!r} is not an aspect of the population {have}")
+        if isinstance(active, ActivitySettings) and active.by is not None:
+            if active.by not in aspects or people is None:
+                raise fail("active.by", f"{active.by!r} is not an aspect of the population "
+                           f"{have}")
+            _check_shares(active, people, fail)
+        agents = data.get("agents", cls.defaults["agents"])
+        most = (agents - 1) / 2  # agents follow earlier agents only: agent i at most i
+        if settings.graph.edges is None and settings.graph.mean_degree > most:
+            raise fail("graph.mean_degree", f"{settings.graph.mean_degree:g} follows per agent "
+                       f"for {agents} agents (expected at most {most:g}: each agent follows "
+                       "only agents that came before it)")
         steps = data.get("steps", cls.defaults["steps"])
         for i, item in enumerate(settings.news):
             if item.step > steps:
                 raise fail(f"news.{i}.step", f"step {item.step} is after the last step "
                            f"({steps})")
+            pool = _pool(item, people, agents)
+            if item.authors > pool:
+                who = "agents" + (" with " + ", ".join(f"{k}: {v}" for k, v in
+                                                    item.where.items()) if item.where else "")
+                raise fail(f"news.{i}.authors", f"{item.authors} authors for {pool} {who} "
+                           f"(expected at most {pool})")
             for aspect, value in (item.where or {}).items():
                 if aspect not in aspects:
                     raise fail(f"news.{i}.where.{aspect}", f"not an aspect of the "

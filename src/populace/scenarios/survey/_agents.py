@@ -177,11 +177,11 @@ class Respondent(Agent):
         return answer.text
 
     async def answer(self, wave: int) -> tuple[bytes, str, str | None]:
-        """Answer every question of wave ``wave`` (0-based) that its ``ask_if`` allows."""
+        """Answer every question of wave ``wave`` (0-based) that its ``ask_if`` allows; a
+        question whose call failed is a row with its error (the step counts them)."""
         plan = self.plan
         wave_ids = plan.questionnaire.plan[wave]
         out = Answers()
-        failures: list[ModelError] = []
         notes = (plan.notes or {}).get(self.arm or "", {})
         for i, qid in enumerate(wave_ids):
             index, q = plan.questions[qid]
@@ -201,11 +201,8 @@ class Respondent(Agent):
                 else:
                     value, raw = await self._draw(q, shown, seed, call)
             except ModelError as e:
-                failures.append(e)
                 value, raw, error = None, "", f"{type(e).__name__}: {e}"
             self._keep(out, index, q, shown, value, raw, call, error)
-        if failures and len(failures) == out.n:
-            raise failures[0]  # nothing answered: the step counts this respondent as failed
         return out.packed()
 
     def _keep(self, out: Answers, index: int, q: Question, shown: list[int], value: Any,

@@ -20,8 +20,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from populace._strict import StrictModel
 from populace.config import read_yaml, validate
 from populace.core import ConfigError
 
@@ -35,11 +36,7 @@ DEFAULT_INSTRUCTIONS = ("You are taking part in a survey. Answer every question 
                         "person described below would, honestly and in character.")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class Question(_Strict):
+class Question(StrictModel):
     """One question. ``options`` holds a likert question's scale (``scale:`` in the file),
     low to high, and an open question's coding categories (``code_into:``)."""
 
@@ -182,7 +179,7 @@ def holds(tree: ast.expr, answers: Mapping[str, Any]) -> bool:
         return False
 
 
-class Arm(_Strict):
+class Arm(StrictModel):
     """A treatment arm: its share of respondents and the message it shows."""
 
     share: float = Field(gt=0, le=1)
@@ -191,7 +188,7 @@ class Arm(_Strict):
     before: tuple[str, ...] | None = None
 
 
-class Treatments(_Strict):
+class Treatments(StrictModel):
     """Arms assigned with exact counts (per stratum of ``stratify_by``), seeded."""
 
     arms: dict[str, Arm] = Field(min_length=2)
@@ -218,7 +215,7 @@ class Treatments(_Strict):
         return plain[0] if len(plain) == 1 else None
 
 
-class Questionnaire(_Strict):
+class Questionnaire(StrictModel):
     instructions: str = Field(DEFAULT_INSTRUCTIONS, min_length=1)
     questions: tuple[Question, ...] = Field(min_length=1)
     waves: tuple[tuple[str, ...], ...] | None = None

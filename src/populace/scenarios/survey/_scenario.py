@@ -7,9 +7,11 @@ into the ``answers`` table and reports each question's marginals as the step's m
 
 from __future__ import annotations
 
+import difflib
 import math
 import string
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -19,8 +21,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
+from populace.config import key_text
 from populace.core import ConfigError, derive_seed
 from populace.launch import Rows, Run, RunFile, Scenario, ScenarioSettings
+from populace.population import PopulationConfig
 
 from ._agents import ROW, SEP, Plan, Respondent
 from ._questionnaire import CHOICE, Questionnaire, Treatments, load_questionnaire
@@ -97,6 +101,47 @@ def _fields(template: str) -> set[str]:
     return {f for _, f, _, _ in string.Formatter().parse(template) if f}
 
 
+def _check_persona(persona: str, people: PopulationConfig | None, background: bool,
+                   have: str, fail: Callable[[str, str], ConfigError]) -> None:
+    """``persona`` is a template respondents can fill: well formed, naming only aspects of
+    the population (or ``background`` when there are backgrounds), with conversions and
+    format specs that fit their values (text, or a number for a numeric aspect)."""
+    try:
+        names = _fields(persona)
+    except ValueError as e:
+        raise fail("persona", f"malformed template: {e}") from None
+    samples: dict[str, Any] = {"background": "x"} if background else {}
+    for name, aspect in (people.aspects if people is not None else {}).items():
+        samples[name] = "x" if aspect.kind != "numeric" else 1 if aspect.round == 0 else 1.5
+    unknown = sorted(n for n in names if n not in samples)
+    if unknown:
+        raise fail("persona", f"{{{unknown[0]}}} is not an aspect of the population {have}")
+    try:
+        persona.format_map(samples)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+        raise fail("persona", f"cannot fill the template: {e}") from None
+
+
+def _check_targets(key: str, shares: dict[str, float], people: PopulationConfig, aspect: str,
+                   fail: Callable[[str, str], ConfigError]) -> None:
+    """The target shares of ``aspect``: its own values (a misspelt one would be weighted
+    0 without a word), at least 0 and adding up to 1."""
+    if people.aspects[aspect].kind != "numeric":
+        values = people.values(aspect)
+        for value in shares:
+            if value not in values:
+                close = difflib.get_close_matches(str(value), values, n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                raise fail(f"{key}.{key_text(value)}", f"not a value of {aspect}{hint} "
+                           f"(values: {', '.join(values)})")
+    for value, share in shares.items():
+        if share < 0:
+            raise fail(f"{key}.{key_text(value)}", f"share {share:g} is below 0")
+    total = sum(shares.values())
+    if abs(total - 1.0) > 0.01:
+        raise fail(key, f"the shares add up to {total:.4g}, expected 1 ± 0.01")
+
+
 class Survey(Scenario):
     """A questionnaire asked of every agent, wave by wave (``scenario: survey``)."""
 
@@ -151,10 +196,10 @@ class Survey(Scenario):
         if isinstance(population, dict) and population.get("backgrounds"):
             aspects.add("background")
         have = f"(aspects: {', '.join(sorted(aspects)) or 'none'})"
+        people = PopulationConfig.model_validate(population) if population else None
         persona = settings.get("persona")
-        unknown = sorted(_fields(persona) - aspects) if persona is not None else []
-        if unknown:
-            raise fail("persona", f"{{{unknown[0]}}} is not an aspect of the population {have}")
+        if persona is not None:
+            _check_persona(persona, people, "background" in aspects, have, fail)
         treatments = settings.get("treatments")
         if treatments:
             checked = Treatments.model_validate(treatments)
@@ -169,9 +214,10 @@ class Survey(Scenario):
                         raise fail(key, f"{qid!r} is not a question of {Path(where).name}")
                 if arm.before and arm.message is None:
                     raise fail(key, "the arm has no message to show")
-        for aspect in settings.get("targets") or {}:
-            if aspect not in aspects:
+        for aspect, shares in (settings.get("targets") or {}).items():
+            if aspect not in aspects or people is None or aspect not in people.aspects:
                 raise fail(f"targets.{aspect}", f"not an aspect of the population {have}")
+            _check_targets(f"targets.{aspect}", shares, people, aspect, fail)
         reference = None
         if settings.get("reference"):
             from ._analysis import read_reference
@@ -263,6 +309,9 @@ class Survey(Scenario):
     async def step(self, run: Run, t: int) -> None:
         wave, n, batch = t - 1, len(self.ids), run.settings.batch
         done: list[pa.Table] = []
+        raised = 0  # rows of respondents that raised: collect counted those already
+        q = self.questionnaire
+        per_raised = sum(q.question(qid).ask_if is None for qid in q.plan[wave])
         for start in range(0, n, batch):  # a batch at a time: answers in flight stay bounded
             group = self.respondents if batch >= n else self.respondents[start:start + batch]
             results = await run.collect(
@@ -270,16 +319,18 @@ class Survey(Scenario):
                 partial=("answers", self._rows(wave, start, done)), on_error="return",
                 progress=(start, n))
             table = self.table(wave, self.ids[start:start + len(results)], results)
+            failed = sum(isinstance(r, BaseException) for r in results)
+            raised += failed * per_raised
             del results
             run.record("answers", table)
             done.append(table)
-        self._metrics(run, done)
+        self._metrics(run, done, raised)
 
     def table(self, wave: int, ids: np.ndarray, results: Sequence[Any]) -> pa.Table:
         """The ``answers`` rows of ``results`` (respondents ``ids``, in order)."""
         return decode(self.questionnaire, wave, ids, results, self.arms, self.arm_names)
 
-    def _metrics(self, run: Run, tables: list[pa.Table]) -> None:
+    def _metrics(self, run: Run, tables: list[pa.Table], raised: int = 0) -> None:
         """The step's totals and each question's marginals (from columns, in batches: no
         copy of the step's rows)."""
         q = self.questionnaire
@@ -289,6 +340,7 @@ class Survey(Scenario):
         index = {x.id: i for i, x in enumerate(q.questions)}
         n = valid_n = calls = ptok = ctok = errors = respondents = 0
         first_error: str | None = None
+        kinds: Counter[str] = Counter()
         for table in tables:
             n += table.num_rows
             valid = table.column("valid").to_numpy(zero_copy_only=False)
@@ -297,9 +349,10 @@ class Survey(Scenario):
             ptok += int(pc.sum(table.column("prompt_tokens")).as_py() or 0)
             ctok += int(pc.sum(table.column("completion_tokens")).as_py() or 0)
             errors += table.num_rows - table.column("error").null_count
-            if first_error is None and table.column("error").null_count < table.num_rows:
-                first_error = next(str(e) for e in table.column("error").to_pylist()
-                                   if e is not None)
+            if table.column("error").null_count < table.num_rows:
+                found = [str(e) for e in pc.drop_null(table.column("error")).to_pylist()]
+                first_error = first_error or found[0]
+                kinds.update(e.partition(":")[0] for e in found)  # the error's type
             agents = table.column("agent_id").to_numpy()
             respondents += int(np.count_nonzero(np.diff(agents))) + 1 if agents.size else 0
             encoded = pc.dictionary_encode(table.column("question")).combine_chunks()
@@ -318,13 +371,11 @@ class Survey(Scenario):
         run.metric("prompt_tokens", ptok)
         run.metric("completion_tokens", ctok)
         run.metric("failed_questions", errors)
-        example = f" (first error: {' '.join(first_error.split())[:120]})" \
-            if first_error else ""
-        if n and valid_n == 0:
-            run.warn(f"no valid answer: 0 of {n:,} answers could be used; {errors:,} "
-                     f"question(s) failed{example}")
-        elif errors:
-            run.warn(f"{errors:,} of {n:,} question(s) failed{example}")
+        if errors > raised:  # failed questions of respondents that answered the others
+            assert first_error is not None
+            run.count_failures(errors - raised, n - raised, kinds, first_error)
+        if n and valid_n == 0 and errors < n:
+            run.warn(f"no valid answer: 0 of {n:,} answers could be used")
         if self.arms is not None:
             arms = np.bincount(self.arms, minlength=len(self.arm_names))
             run.metric("arms", dict(zip(self.arm_names, arms.tolist(), strict=True)))
