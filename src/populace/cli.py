@@ -92,7 +92,8 @@ def _launch(run_file: RunFile, run_dir: RunDirectory, *, resume: bool, replay: P
     except ScenarioFailed as e:  # the scenario's own code broke: one line, the traceback kept
         raise _Fail(str(e), 1) from None
     except OSError as e:  # a full disk, a directory made read-only under the run
-        where = f"{e.filename}: " if e.filename else ""
+        # pyarrow's write errors carry no file name: the run directory is where it failed
+        where = f"{e.filename}: " if e.filename else f"writing in {run_dir.path}: "
         raise _Fail(f"{where}{e.strerror or e}; finished steps are in {run_dir.path}; "
                     f"continue with: populace run --resume {run_dir.path}", 1) from None
     except PopulaceError as e:
