@@ -31,7 +31,7 @@ import errno
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -84,22 +84,32 @@ def write_input(path: str | os.PathLike[str],
     _replace(Path(path), encode_lines(lines))
 
 
-def parse_input(data: bytes | str, *, url: str = CHAT_URL
-                ) -> tuple[list[tuple[str, dict[str, Any]]], list[InputProblem]]:
-    """The ``(custom_id, body)`` requests of an input file's content, and every problem
-    found (a batch with problems is not run). Blank lines are skipped."""
+def _json_lines(data: bytes | str) -> Iterator[tuple[int, Any]]:
+    """``(line number, value)`` of each non-blank line; the value is the
+    :class:`ValueError` of a line that is not JSON (each caller has its own policy)."""
     text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
-    requests: list[tuple[str, dict[str, Any]]] = []
-    problems: list[InputProblem] = []
-    first_line: dict[str, int] = {}
     for n, raw in enumerate(text.splitlines(), 1):
         if not raw.strip():
             continue
         try:
             line = json.loads(raw)
         except ValueError as e:
+            yield n, e
+            continue
+        yield n, line
+
+
+def parse_input(data: bytes | str, *, url: str = CHAT_URL
+                ) -> tuple[list[tuple[str, dict[str, Any]]], list[InputProblem]]:
+    """The ``(custom_id, body)`` requests of an input file's content, and every problem
+    found (a batch with problems is not run). Blank lines are skipped."""
+    requests: list[tuple[str, dict[str, Any]]] = []
+    problems: list[InputProblem] = []
+    first_line: dict[str, int] = {}
+    for n, line in _json_lines(data):
+        if isinstance(line, ValueError):
             problems.append(InputProblem(n, "invalid_json_line",
-                                         f"line {n} is not valid JSON ({e.args[0]})"))
+                                         f"line {n} is not valid JSON ({line.args[0]})"))
             continue
         problem = _check_request(line, n, url, first_line)
         if problem is not None:
@@ -188,15 +198,10 @@ def parse_output(data: bytes | str, *, source: str = "batch output"
                  ) -> dict[str, BatchResult]:
     """:func:`read_output` of content already read (a downloaded file); ``source`` names it
     in errors."""
-    text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
     results: dict[str, BatchResult] = {}
-    for n, raw in enumerate(text.splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            line = json.loads(raw)
-        except ValueError as e:
-            raise ValueError(f"{source}, line {n}: not valid JSON ({e.args[0]})") from None
+    for n, line in _json_lines(data):
+        if isinstance(line, ValueError):
+            raise ValueError(f"{source}, line {n}: not valid JSON ({line.args[0]})") from None
         if not isinstance(line, dict):
             raise ValueError(f"{source}, line {n}: not a JSON object")
         custom_id = line.get("custom_id")
