@@ -36,7 +36,8 @@ API: dict[str, set[str]] = {
         "preflight", "request_key", "running_server", "scripted_reply", "serve", "TRAFFIC",
         "model_stats", "traffic", "run_batch", "BatchConfig", "Request", "Wrapper", "Retrying",
         "Counted", "ReplayThenLive", "OpenAIChat", "Transport", "AiohttpTransport",
-        "MockTransport", "Response", "TransportError", "PythonConfig", "load_factory"},
+        "MockTransport", "Response", "TransportError", "PythonConfig", "load_factory",
+        "LAYOUTS", "Layout", "conversation", "Served", "EngineParams"},
     "populace.population": {
         "AspectConfig", "BackgroundConfig", "BackgroundResult", "DEFAULT_META_PROMPT",
         "DEFAULT_SYSTEM_PROMPT", "GroupsConfig", "PopulationConfig", "TEMPLATES",

@@ -428,6 +428,23 @@ def serve_llm(
     batch_latency: Annotated[float, typer.Option(
         min=0, max=MAX_TIMEOUT_S,
         help="seconds a batch job (/v1/batches) takes for all its requests")] = 0.5,
+    engine: Annotated[bool, _flag(
+        "engine", "time completions on a simulated GPU engine (an 8B model on one A100 "
+        "under vLLM unless changed below; docs/engine.md)")] = False,
+    prefill_rate: Annotated[float | None, typer.Option(
+        help="with --engine: prompt tokens computed per second")] = None,
+    decode_step: Annotated[float | None, typer.Option(
+        help="with --engine: seconds of one decode step at batch size 1")] = None,
+    decode_step_per_seq: Annotated[float | None, typer.Option(
+        help="with --engine: seconds each running sequence adds to a decode step")] = None,
+    max_batch: Annotated[int | None, typer.Option(
+        help="with --engine: most sequences decoded at once (vLLM's max_num_seqs)")] = None,
+    cache_blocks: Annotated[int | None, typer.Option(
+        help="with --engine: prefix-cache capacity, in blocks of 16 tokens")] = None,
+    time_scale: Annotated[float | None, typer.Option(
+        help="with --engine: simulated seconds per real second")] = None,
+    max_running: Annotated[int | None, typer.Option(
+        help="answer 429 to a completion arriving while this many are in flight")] = None,
 ) -> None:
     """Serve an OpenAI-compatible test LLM (/v1/models, /v1/chat/completions, /v1/completions,
     /v1/files and /v1/batches)."""
@@ -438,8 +455,23 @@ def serve_llm(
         _seconds("--latency-max", latency_max, MAX_LATENCY_S)
     _seconds("--retry-after", retry_after, MAX_TIMEOUT_S)
     _seconds("--batch-latency", batch_latency, MAX_TIMEOUT_S)
+    tuning = {"prefill_tokens_per_s": ("--prefill-rate", prefill_rate),
+              "decode_step_s": ("--decode-step", decode_step),
+              "decode_step_per_seq_s": ("--decode-step-per-seq", decode_step_per_seq),
+              "max_batch": ("--max-batch", max_batch),
+              "cache_blocks": ("--cache-blocks", cache_blocks),
+              "time_scale": ("--time-scale", time_scale)}
+    given = {name: value for name, (_, value) in tuning.items() if value is not None}
+    if given and not engine:
+        flag = next(f for name, (f, _) in tuning.items() if name in given)
+        raise _Fail(f"serve-llm: {flag} needs --engine", EXIT_CONFIG)
 
     try:
+        engine_params = None
+        if engine:
+            from populace.llm import EngineParams
+
+            engine_params = EngineParams(**given)  # type: ignore[arg-type]  # checked there
         options = ServerOptions(
             models=tuple(model or ["dummy"]),
             latency=(latency, latency_max) if latency_max is not None else latency,
@@ -447,11 +479,22 @@ def serve_llm(
             low=low, high=high, rate_500=error_500, rate_429=error_429,
             rate_timeout=error_timeout, rate_malformed=malformed, seed=seed, api_key=api_key,
             outage=outage, retry_after=retry_after, batch_latency=batch_latency,
+            engine=engine_params, max_running=max_running,
         )
     except ValueError as e:
-        raise _Fail(f"serve-llm: {e}", EXIT_CONFIG) from None
+        message = str(e)  # the engine's messages name the field: name the flag instead
+        for name, (flag, _) in {**tuning, "max_running": ("--max-running", None)}.items():
+            if message.startswith(f"{name} "):
+                message = flag + message.removeprefix(name)
+        raise _Fail(f"serve-llm: {message}", EXIT_CONFIG) from None
 
     def ready(url: str) -> None:
+        if engine_params is not None:
+            p = engine_params
+            out.print(f"engine: {p.prefill_tokens_per_s:g} prompt tokens/s, decode step "
+                      f"{p.decode_step_s:g} s + {p.decode_step_per_seq_s:g} s per sequence, "
+                      f"batch up to {p.max_batch}, {p.cache_blocks} cache blocks, time x"
+                      f"{p.time_scale:g}", soft_wrap=True, highlight=False)
         out.print(f"serving {', '.join(options.models)} at [bold]{url}[/bold] (Ctrl-C stops)",
                   soft_wrap=True)
 

@@ -82,8 +82,10 @@ def journal(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def llm_counts(run_dir: Path) -> list[dict[str, int]]:
-    """Each step's ``llm`` counts of the model ``llm`` in summary.json."""
-    return [step["llm"]["llm"] for step in read_summary(run_dir)["steps"]]
+    """Each step's ``llm`` counts of the model ``llm`` in summary.json (but the client's
+    estimate of reused prefixes, which is made per endpoint and not for batch jobs)."""
+    return [{k: v for k, v in step["llm"]["llm"].items() if k != "prefix_tokens"}
+            for step in read_summary(run_dir)["steps"]]
 
 
 async def server_stats(base_url: str) -> dict[str, Any]:

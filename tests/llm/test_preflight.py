@@ -12,7 +12,14 @@ import pytest
 from aiohttp import web
 
 from populace.core import ConfigError
-from populace.llm import DummyConfig, OpenAIConfig, ServerOptions, preflight, running_server
+from populace.llm import (
+    DummyConfig,
+    OpenAIConfig,
+    Served,
+    ServerOptions,
+    preflight,
+    running_server,
+)
 
 
 def openai(urls: str | list[str], model: str = "dummy", **kw: Any) -> OpenAIConfig:
@@ -68,22 +75,23 @@ async def test_reachable_servers_serving_the_model_pass(
             listing_server(["b"]) as (two, seen_two):
         models = {"dummy": DummyConfig(latency=0), "first": openai(one, "a"),
                   "second": openai([one, two], "b", api_key_env="POPULACE_TEST_KEY")}
-        assert await preflight(models) is None
+        assert await preflight(models) == {"first": Served("openai"), "second": Served("openai")}
         # Every endpoint was asked, once per key: `one` without a key and with it.
         assert sorted(h or "" for h in seen_one) == ["", "Bearer sekrit"]
         assert seen_two == ["Bearer sekrit"]
         # The same servers, one model they do not serve: the answers were really read.
         message = await problem({**models, "third": openai(two, "a")})
         assert message.startswith(f"models.third: server at {two} does not serve model 'a'")
-    assert await preflight({}) is None
+    assert await preflight({}) == {}
 
 
 async def test_a_real_server_that_wants_the_key_gets_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("POPULACE_TEST_KEY", "sekrit")
     async with running_server(ServerOptions(models=["b"], api_key="sekrit")) as base:
+        # serve-llm says what it is: its spelling of structured output is vLLM's
         assert await preflight({"m": openai(base, "b", api_key_env="POPULACE_TEST_KEY")}) \
-            is None
+            == {"m": Served("populace")}
         assert "requires an API key" in await problem({"m": openai(base, "b")})
 
 

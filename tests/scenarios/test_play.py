@@ -265,12 +265,18 @@ async def test_a_round_without_valid_answers(
     conversations = model.conversations
     for agent in range(20):
         assert conversations[agent, 2] == [
+            conversations[agent, 1][0],
             {"role": "assistant", "content": "no idea"},
-            {"role": "user", "content": conversations[agent, 1][-1]["content"]},
+            {"role": "user", "content": "Round 2: choose your number."},
         ]
 
 
 # -- what participants are told ------------------------------------------------------------------
+def turn(round_no: int) -> dict[str, str]:
+    """The user's turn that closes a shared-first conversation."""
+    return {"role": "user", "content": f"Round {round_no}: choose your number."}
+
+
 async def test_prompts_carry_the_rules_and_the_last_winner(
     tmp_path: Path, scripted: Scripted
 ) -> None:
@@ -292,15 +298,34 @@ async def test_prompts_carry_the_rules_and_the_last_winner(
     assert {prompts[a, r] for a in range(40) for r in (1, 2, 3)} == {prompts[0, 1]}
     for a in range(40):
         answers = [str(10 + (a * 7 + r) % 41) for r in (1, 2, 3)]
-        assert conversations[a, 1] == [{"role": "user", "content": prompts[0, 1]}]
+        # Shared first: the rules open every conversation, the turn closes it.
+        rules = {"role": "system", "content": prompts[0, 1]}
+        assert conversations[a, 1] == [rules, turn(1)]
         assert conversations[a, 3] == [
+            rules,
             {"role": "assistant", "content": answers[0]},
             {"role": "user", "content": result_message(rounds[0])},
             {"role": "assistant", "content": answers[1]},
             {"role": "user", "content": result_message(rounds[1])},
-            {"role": "user", "content": prompts[0, 1]},
+            turn(3),
         ]
-        assert conversations[a, 2] == conversations[a, 3][:2] + conversations[a, 3][-1:]
+        assert conversations[a, 2] == [*conversations[a, 3][:3], turn(2)]
+
+
+async def test_persona_first_layout(tmp_path: Path, scripted: Scripted) -> None:
+    # The order most simulators use: history, then the rules as the user's turn.
+    config = make_config(agents=4, rounds=2, game={"layout": "persona_first"})
+    config, model = scripted(config, lambda agent, round_no: str(agent + 20))
+    path = await run_into(tmp_path, config)
+    rounds = read_summary(path)["steps"]
+    prompt = model.prompts[0, 1]
+    assert prompt.startswith("You are one of 4 players")
+    for a in range(4):
+        assert model.conversations[a, 1] == [{"role": "user", "content": prompt}]
+        assert model.conversations[a, 2] == [
+            {"role": "assistant", "content": str(a + 20)},
+            {"role": "user", "content": result_message(rounds[0])},
+            {"role": "user", "content": prompt}]
 
 
 async def test_custom_prompt_template(
@@ -373,8 +398,8 @@ async def test_no_feedback_no_results_in_memory(tmp_path: Path, scripted: Script
     prompts = model.prompts
     assert prompts[0, 1] == prompts[0, 2] == prompts[0, 3]
     assert model.conversations[4, 3] == [
-        {"role": "assistant", "content": "5"}, {"role": "assistant", "content": "6"},
-        {"role": "user", "content": prompts[0, 3]}]
+        {"role": "system", "content": prompts[0, 3]},
+        {"role": "assistant", "content": "5"}, {"role": "assistant", "content": "6"}, turn(3)]
 
 
 @pytest.mark.parametrize("memory_rounds", [0, 1, 2])
@@ -386,14 +411,13 @@ async def test_memory_rounds_bound_the_conversation(
     path = await run_into(tmp_path, config)
     rounds = read_summary(path)["steps"]
     conversations = model.conversations
-    prompt = conversations[0, 1][-1]["content"]
+    rules = conversations[0, 1][0]
     for agent in range(6):
         for r in (1, 2, 3, 4):
             remembered = [m for k in range(max(1, r - memory_rounds), r) for m in (
                 {"role": "assistant", "content": str(agent * 10 + k)},
                 {"role": "user", "content": result_message(rounds[k - 1])})]
-            assert conversations[agent, r] == [*remembered,
-                                              {"role": "user", "content": prompt}]
+            assert conversations[agent, r] == [rules, *remembered, turn(r)]
 
 
 async def test_long_memory_is_not_cut_by_the_agent_memory_bound(
@@ -404,8 +428,8 @@ async def test_long_memory_is_not_cut_by_the_agent_memory_bound(
     config, model = scripted(config, lambda agent, round_no: str(round_no))
     await run_into(tmp_path, config)
     last = model.conversations[1, 22]
-    assert len(last) == 2 * 20 + 1
-    assert [m["content"] for m in last[:-1:2]] == [str(r) for r in range(2, 22)]
+    assert len(last) == 1 + 2 * 20 + 1  # the rules, 20 rounds, the turn
+    assert [m["content"] for m in last[1:-1:2]] == [str(r) for r in range(2, 22)]
 
 
 # -- runs that stop early ------------------------------------------------------------------------

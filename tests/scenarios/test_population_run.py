@@ -47,6 +47,6 @@ async def test_population_reaches_profiles_prompts_and_diversity_report(
     # Each participant was asked as itself: its profession filled into the prompt.
     calls = [json.loads(line) for f in sorted((run.path / "llm_calls").glob("*.jsonl"))
              for line in f.read_text().splitlines()]
-    prompts = {c["request"]["messages"][-1]["content"].split(":")[0] for c in calls
-               if c["request"]["messages"][-1]["content"].startswith("As a ")}
+    prompts = {c["request"]["messages"][0]["content"].split(":")[0] for c in calls
+               if c["request"]["messages"][0]["content"].startswith("As a ")}
     assert prompts == {"As a economist", "As a artist", "As a writer"}

@@ -156,12 +156,16 @@ async def test_two_call_protocol(tmp_path: Path, recorder: Recorder) -> None:
     assert sorted(by_key) == sorted((a, r) for a in range(40) for r in (1, 2))
     rows = rows_by_agent_round(table)
     for key, (answer, extraction) in by_key.items():
-        assert answer["messages"][-1]["content"] == P1_PROMPT.format(n=40)  # no format line
+        # shared first: the rules (no format line) open it, the turn closes it
+        assert answer["messages"][0] == {"role": "system", "content": P1_PROMPT.format(n=40)}
+        assert answer["messages"][-1] == {"role": "user",
+                                          "content": f"Round {key[1]}: choose your number."}
         assert (answer["temperature"], answer["max_tokens"]) == (0.7, 200)
         assert "response_format" not in answer
         (ask,) = extraction["messages"]
-        assert ask["role"] == "user" and ask["content"].startswith("Below is a player's answer")
-        assert f"\n---\n{rows[key]['raw']}\n---\n" in ask["content"]
+        # the shared instruction first, so a server computes it once
+        assert ask["role"] == "user" and ask["content"].startswith("Extract the one number")
+        assert ask["content"].endswith(f"\n---\n{rows[key]['raw']}\n---")
         assert (extraction["temperature"], extraction["max_tokens"]) == (0.0, 24)
 
 
@@ -189,11 +193,40 @@ async def test_structured_protocol(tmp_path: Path, recorder: Recorder) -> None:
 
     assert len(recorder.seen) == 60
     for body in recorder.seen:
-        assert body["response_format"] == JSON_SCHEMA
-        prompt = body["messages"][-1]["content"]
+        # serve-llm says it is populace's: the schema goes in vLLM's spelling
+        assert body["structured_outputs"] == {"json": JSON_SCHEMA["json_schema"]["schema"]}
+        assert "response_format" not in body
+        prompt = body["messages"][0]["content"]
         assert prompt.startswith("You are one of 30 players")
         assert prompt.endswith(' Reply with a JSON object with two fields: "reasoning" '
                                '(a string) and "number" (your number).')
+
+
+@pytest.mark.parametrize(("high", "constraint"), [
+    (60, {"choice": [str(i) for i in range(61)]}),
+    (60.5, {"regex": r"-?[0-9]{1,15}(\.[0-9]{1,4})?"}),
+])
+async def test_constrained_protocol(tmp_path: Path, recorder: Recorder, high: float,
+                                    constraint: dict[str, Any]) -> None:
+    # One call of a few tokens, held to a number by the server: no extraction call.
+    async with recorder.serve(ServerOptions(policy="reasoning")) as url:
+        config = make_config({"llm": llm([url])}, agents=20,
+                             game={"protocol": "constrained", "high": high})
+        path = await run_into(tmp_path, config)
+    table = read_table(path)
+    assert table.num_rows == 40 and set(table.column("calls").to_pylist()) == {1}
+    for (agent, r), row in rows_by_agent_round(table).items():
+        n = expected_number(agent, r)
+        if high == 60 and n > 60:  # not a choice: the server picks one of the choices
+            assert 0 <= row["number"] <= 60 and row["valid"]
+        else:
+            assert row["raw"] == str(n)
+            assert (row["number"], row["valid"]) == ((n, True) if n <= high else (None, False))
+    assert len(recorder.seen) == 40
+    for body in recorder.seen:
+        assert body["structured_outputs"] == constraint
+        assert body["max_tokens"] == 8
+        assert body["messages"][0]["content"].endswith(" Reply with your number only.")
 
 
 async def test_retries_under_injected_errors(tmp_path: Path) -> None:
@@ -311,7 +344,8 @@ async def test_levels_and_famous_note_shape_the_prompt(tmp_path: Path) -> None:
         for level in ("P1", "P2", "P3", "P4"):
             for note in (False, True):
                 config = make_config({"llm": llm([url])}, agents=3, rounds=1, workers=1, game={
-                    "level": level, "famous_note": note, "protocol": "direct"})
+                    "level": level, "famous_note": note, "protocol": "direct",
+                    "layout": "persona_first"})  # the echo answers the last message
                 path = await run_into(tmp_path, config, f"{level}-{note}")
                 raw = set(read_table(path).column("raw").to_pylist())
                 assert len(raw) == 1  # everyone is told the same
@@ -339,20 +373,23 @@ async def test_round_two_remembers_round_one(
         path = await run_into(tmp_path, config)
     rows = rows_by_agent_round(read_table(path))
     first = read_summary(path)["steps"][0]
-    prompt = {"role": "user", "content": P1_PROMPT.format(n=4)}
+    rules = {"role": "system", "content": P1_PROMPT.format(n=4)}
 
     who = who_asks(config)
-    answers = [b for b in recorder.seen if not b["messages"][-1]["content"].startswith("Below")]
+    answers = [b for b in recorder.seen
+               if not b["messages"][-1]["content"].startswith("Extract")]
     assert len(answers) == len(recorder.seen) // 2 == 8
     for body in answers:
         agent, r = who[body["seed"]]
+        turn = {"role": "user", "content": f"Round {r}: choose your number."}
         if r == 1:
-            assert body["messages"] == [prompt]
-        else:  # its own round-1 answer, the moderator's result, then the round prompt
+            assert body["messages"] == [rules, turn]
+        else:  # the rules, its own round-1 answer, the moderator's result, then its turn
             assert body["messages"] == [
+                rules,
                 {"role": "assistant", "content": rows[agent, 1]["raw"]},
                 {"role": "user", "content": result_message(first)},
-                prompt,
+                turn,
             ]
 
 

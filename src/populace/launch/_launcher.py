@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from populace.core import ConfigError, PopulaceError, Simulation, WorkerLost, ship_by_value
 from populace.environment import ServiceClosed
-from populace.llm import ModelSet, preflight, traffic
+from populace.llm import ModelSet, Served, preflight, traffic
 from populace.population import generate_backgrounds
 from populace.results import (
     RunDirectory,
@@ -437,8 +437,12 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
     started = time.perf_counter()
     o = run_file.options
     summary = _summary(run_file)
+    served: dict[str, Served] = {}
     if replay is None:  # one clear line now beats a thousand failed calls later
-        await preflight(dict(o.models))
+        served = await preflight(dict(o.models))
+        if served:  # what the servers are: their spelling of structured output, their slots
+            summary["servers"] = {name: {"server": s.server, "slots": s.slots}
+                                  for name, s in served.items()}
     start, restored = 1, None
     if resume:
         assert run_dir is not None
@@ -467,7 +471,7 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
         async with Simulation(workers=o.workers, backend=o.backend, seed=o.seed,
                               **o.backend_options()) as sim:
             run = Run(run_file, sim, run_dir, population=population, monitor=monitor,
-                      observers=observers, replay=replay, resume=resume)
+                      observers=observers, replay=replay, resume=resume, served=served)
             if restored is not None:  # the step files written before, by their SHA-256
                 run.digests.update(restored.get("parts", {}))
             scenario = run_file.scenario()

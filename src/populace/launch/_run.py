@@ -27,7 +27,7 @@ from populace.core import (
     wait,
 )
 from populace.environment import Env, EnvClient, EnvService, RemoteEnvService, serve
-from populace.llm import ModelSet
+from populace.llm import ModelSet, OpenAIConfig, Served
 from populace.results import error_kind
 
 if TYPE_CHECKING:
@@ -99,7 +99,8 @@ class Run:
 
     def __init__(self, run_file: RunFile, sim: Simulation, run_dir: RunDirectory | None, *,
                  population: pa.Table | None, monitor: RunMonitor | None,
-                 observers: Sequence[Observer], replay: Path | None, resume: bool) -> None:
+                 observers: Sequence[Observer], replay: Path | None, resume: bool,
+                 served: Mapping[str, Served] | None = None) -> None:
         self.run_file = run_file
         self.options = run_file.options
         self.settings: Any = run_file.settings
@@ -111,6 +112,7 @@ class Run:
         self._observers = observers
         self._replay = replay
         self._resume = resume
+        self._served = dict(served or {})  # what the preflight learnt of the servers
         self._rngs: dict[tuple[str, int], np.random.Generator] = {}
         self.groups: dict[str, tuple[type[Agent], AgentGroup]] = {}
         self.services: list[EnvService | RemoteEnvService] = []
@@ -184,9 +186,31 @@ class Run:
         calls = self.run_dir.path / "llm_calls" if self.run_dir is not None else None
         replay_from = (self._replay / "llm_calls" if self._replay is not None
                        else calls if self._resume else None)
-        return PerWorker(ModelSet.build, {n: configs[n] for n in (names or configs)},
+        return PerWorker(ModelSet.build, {n: self._learnt(n, configs[n])
+                                          for n in (names or configs)},
                          record_to=calls, replay_from=replay_from,
-                         resume=self._resume and self._replay is None)
+                         resume=self._resume and self._replay is None,
+                         workers=self.options.workers)
+
+    def _learnt(self, name: str, config: Any) -> Any:
+        """``config`` with what the preflight learnt of its servers where it left them to be
+        found out (``server: auto``, no ``slots``)."""
+        served = self._served.get(name)
+        if served is None or not isinstance(config, OpenAIConfig):
+            return config
+        update: dict[str, Any] = {}
+        if config.server == "auto":
+            update["server"] = served.server
+        if config.slots is None and served.slots is not None:
+            update["slots"] = served.slots
+        return config.model_copy(update=update) if update else config
+
+    def server(self, model: str) -> str:
+        """The kind of server behind ``model`` (``openai``, ``vllm``, ``sglang``,
+        ``llamacpp``, ``populace``), as configured or learnt by the preflight; ``auto``
+        when unknown (not served over HTTP, or a replay)."""
+        config = self._learnt(model, self.options.models[model])
+        return getattr(config, "server", "auto")
 
     async def create(self, cls: type[Agent], n: int | None = None, *, name: str | None = None,
                      profiles: Any = None, init: dict[str, Any] | None = None,

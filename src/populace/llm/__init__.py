@@ -31,10 +31,12 @@ from ._config import (
     load_factory,
 )
 from ._dummy import DummyModel
+from ._engine import EngineParams
 from ._modelset import ModelSet
 from ._openai import OpenAIChat, OpenAIModel
 from ._pool import EndpointPool, EndpointStats, Lease
-from ._preflight import preflight
+from ._preflight import Served, preflight
+from ._prompt import LAYOUTS, Layout, conversation
 from ._record import RecordingModel, ReplayModel, request_key
 from ._scripted import ScriptedModel, ScriptedParams, scripted_reply
 from ._server import ServerOptions, create_app, run_batch, running_server, serve
@@ -42,6 +44,7 @@ from ._transport import AiohttpTransport, MockTransport, Response, Transport, Tr
 from ._wrappers import Counted, ReplayThenLive, Retrying, Wrapper
 
 __all__ = [
+    "LAYOUTS",
     "TRAFFIC",
     "AiohttpTransport",
     "BatchConfig",
@@ -52,6 +55,8 @@ __all__ = [
     "DummyModel",
     "EndpointPool",
     "EndpointStats",
+    "EngineParams",
+    "Layout",
     "Lease",
     "MockTransport",
     "ModelClient",
@@ -71,11 +76,13 @@ __all__ = [
     "ScriptedConfig",
     "ScriptedModel",
     "ScriptedParams",
+    "Served",
     "ServerOptions",
     "Transport",
     "TransportError",
     "Wrapper",
     "build_model",
+    "conversation",
     "create_app",
     "load_factory",
     "model_stats",

@@ -25,6 +25,12 @@ class Completion:
     latency_s: float = 0.0
     endpoint: str | None = None
     retries: int = 0  # attempts beyond the first that this answer needed
+    #: prompt tokens the server took from its prefix cache, when it says
+    #: (``usage.prompt_tokens_details.cached_tokens``)
+    cached_tokens: int = 0
+    #: prompt tokens of a prefix already sent to the same endpoint (the client's estimate
+    #: of what a prefix cache can reuse)
+    prefix_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -43,6 +49,8 @@ class ModelStats:
     completion_tokens: int
     retries: int = 0
     endpoints: tuple[EndpointStats, ...] = ()  # per server, for clients that use several
+    cached_tokens: int = 0  # prompt tokens servers said they took from their prefix cache
+    prefix_tokens: int = 0  # prompt tokens repeating a prefix sent to the same endpoint
 
 
 class Request(NamedTuple):
@@ -125,13 +133,17 @@ def model_stats(resources: Iterable[Any]) -> list[ModelStats]:
 
 
 #: The counters of :func:`traffic`, per model.
-TRAFFIC = ("requests", "retries", "sent", "failures", "prompt_tokens", "completion_tokens")
+TRAFFIC = ("requests", "retries", "sent", "failures", "prompt_tokens", "completion_tokens",
+           "cached_tokens", "prefix_tokens")
 
 
 def traffic(workers: Iterable[Iterable[Any]]) -> dict[str, dict[str, int]]:
     """Per model, summed over workers' resource statistics: ``requests`` (calls asked for),
     ``retries`` (attempts beyond the first), ``sent`` (both: the HTTP requests made, or the
-    simulated or replayed calls), ``failures`` (calls that gave up), and tokens."""
+    simulated or replayed calls), ``failures`` (calls that gave up), and tokens:
+    ``cached_tokens`` (prompt tokens servers said their prefix cache gave them) and
+    ``prefix_tokens`` (prompt tokens repeating a prefix already sent to the same endpoint:
+    what a prefix cache could reuse, estimated by the client)."""
     out: dict[str, dict[str, int]] = {}
     for resources in workers:
         for m in model_stats(resources):
@@ -142,4 +154,6 @@ def traffic(workers: Iterable[Iterable[Any]]) -> dict[str, dict[str, int]]:
             acc["failures"] += m.failures
             acc["prompt_tokens"] += m.prompt_tokens
             acc["completion_tokens"] += m.completion_tokens
+            acc["cached_tokens"] += m.cached_tokens
+            acc["prefix_tokens"] += m.prefix_tokens
     return out

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from populace._strict import MAX_LATENCY_S, MAX_TIMEOUT_S, StrictModel
+from populace._strict import MAX_LATENCY_S, MAX_TIMEOUT_S, StrictModel, fail_at
 from populace.core import ConfigError
 
 from ._base import ModelClient
@@ -57,6 +57,9 @@ class BatchConfig(StrictModel):
                                       "vLLM's run_batch with {model})")
 
 
+Server = Literal["auto", "openai", "vllm", "sglang", "llamacpp", "populace"]
+
+
 class OpenAIConfig(StrictModel):
     """``provider: openai`` — any OpenAI-compatible server (vLLM, SGLang, Ollama, OpenAI).
 
@@ -81,7 +84,13 @@ class OpenAIConfig(StrictModel):
     timeout: float = Field(60.0, gt=0, le=MAX_TIMEOUT_S, description="seconds per attempt "
                            "(at most 86400)")
     max_retries: int = Field(4, ge=0, description="retries after the first attempt")
-    max_concurrency: int = Field(64, ge=1, description="requests in flight per endpoint")
+    max_concurrency: int = Field(64, ge=1, le=4096, description="requests in flight per "
+                                 "endpoint and worker, at most (the ceiling of an adaptive "
+                                 "limit)")
+    min_concurrency: int = Field(1, ge=1, le=4096, description="the floor of an adaptive "
+                                 "limit")
+    adaptive: bool = Field(True, description="adapt each endpoint's limit: grow while the "
+                           "server keeps up, halve on 429, 503 or a timeout")
     eject_after: int = Field(5, ge=1, description="consecutive failures that eject an endpoint")
     cooldown: float = Field(10.0, ge=0, le=MAX_TIMEOUT_S,
                             description="seconds an ejected endpoint rests")
@@ -96,6 +105,14 @@ class OpenAIConfig(StrictModel):
         None, description="[prompt, completion] price per million tokens: summaries then "
         "report the cost")
     batch: BatchConfig | None = Field(None, description="send the calls as batch jobs")
+    server: Server = Field("auto", description="the kind of server, for its own spelling "
+                           "of structured decoding: openai, vllm, sglang, llamacpp or "
+                           "populace (serve-llm); auto: learnt by the preflight from the "
+                           "model list")
+    slots: int | None = Field(None, ge=1, le=1_000_000, description="requests each server "
+                              "computes at once (vLLM's max_num_seqs, llama.cpp's --parallel): "
+                              "the workers' limits together stay within it; learnt from "
+                              "llama.cpp's /props when unset")
 
     @field_validator("base_urls")
     @classmethod
@@ -107,6 +124,13 @@ class OpenAIConfig(StrictModel):
         if len(set(cleaned)) != len(cleaned):
             raise ValueError("base URLs must be distinct")
         return cleaned
+
+    @model_validator(mode="after")
+    def _limits(self) -> OpenAIConfig:
+        if self.min_concurrency > self.max_concurrency:
+            fail_at(("min_concurrency",), f"expected at most max_concurrency "
+                    f"({self.max_concurrency}), got {self.min_concurrency}")
+        return self
 
 
 class ScriptedConfig(StrictModel):
@@ -221,10 +245,11 @@ ModelConfig = Annotated[DummyConfig | OpenAIConfig | ScriptedConfig | PythonConf
 
 def build_model(name: str,
                 config: DummyConfig | OpenAIConfig | ScriptedConfig | PythonConfig, *,
-                work_dir: Path | None = None) -> ModelClient:
+                work_dir: Path | None = None, workers: int = 1) -> ModelClient:
     """A client for ``config``; called once per worker (see ``populace.core.PerWorker``).
     ``work_dir``: where batch jobs keep their files and journal (the run directory's
-    ``llm_batches/``).
+    ``llm_batches/``). ``workers``: how many workers build one, sharing a server's
+    ``slots``.
 
     Raises :class:`~populace.core.ConfigError` when ``api_key_env`` names an unset variable.
     """
@@ -252,6 +277,8 @@ def build_model(name: str,
             timeout=config.timeout,
             max_retries=config.max_retries,
             max_concurrency=config.max_concurrency,
+            min_concurrency=config.min_concurrency,
+            adaptive=config.adaptive,
             temperature=config.temperature,
             top_p=config.top_p,
             max_tokens=config.max_tokens,
@@ -259,7 +286,11 @@ def build_model(name: str,
             cooldown=config.cooldown,
             max_backoff=config.max_backoff,
             retry_deadline=config.retry_deadline,
+            server=config.server,
         )
+        if config.slots is not None:  # this worker's share of every server's slots
+            for url in config.base_urls:
+                chat.chat.pool.set_capacity(url, max(1, config.slots // max(1, workers)))
         if config.batch is None:
             return chat
         from ._batch import VLLM_RUN_BATCH, BatchModel

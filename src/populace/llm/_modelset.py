@@ -23,14 +23,16 @@ class ModelSet(Mapping[str, ModelClient]):
 
     @classmethod
     def build(cls, configs: Mapping[str, Any], *, record_to: str | Path | None = None,
-              replay_from: str | Path | None = None, resume: bool = False) -> ModelSet:
+              replay_from: str | Path | None = None, resume: bool = False,
+              workers: int = 1) -> ModelSet:
         """Clients for ``configs``.
 
         ``record_to``: a directory; every call to a non-dummy model is appended to
         ``NAME-HOST-PID.jsonl`` there (one file per worker process). ``replay_from``: a
         directory of such recordings; models answer from it and make no request at all —
         unless ``resume``, where a request not in the recording goes to the live model (the
-        calls an interrupted run already made are not paid for twice).
+        calls an interrupted run already made are not paid for twice). ``workers``: how
+        many workers build a set (they share each server's slots).
         """
         clients: dict[str, ModelClient] = {}
         # batch jobs keep their journal beside the recording, in the run directory
@@ -38,11 +40,11 @@ class ModelSet(Mapping[str, ModelClient]):
         for name, cfg in configs.items():
             client: ModelClient
             if cfg.provider == "dummy" or replay_from is None:
-                client = build_model(name, cfg, work_dir=work)
+                client = build_model(name, cfg, work_dir=work, workers=workers)
             elif not resume:
                 client = ReplayModel(Path(replay_from), name)
             else:
-                client = build_model(name, cfg, work_dir=work)
+                client = build_model(name, cfg, work_dir=work, workers=workers)
                 if any(Path(replay_from).glob(f"{name}-*.jsonl")):
                     client = ReplayThenLive(ReplayModel(Path(replay_from), name), client)
             if record_to is not None and cfg.provider != "dummy":

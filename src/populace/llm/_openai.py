@@ -19,6 +19,8 @@ import json
 import logging
 import math
 import time
+import zlib
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +29,7 @@ from populace.core import ModelBadResponse, ModelHTTPError
 from ._base import Completion, ModelClient, Request
 from ._pool import EndpointPool, EndpointStats
 from ._replies import text_of
+from ._spelling import constrain
 from ._transport import AiohttpTransport, Transport, TransportError
 from ._wrappers import Counted, Retrying, Wrapper
 
@@ -108,6 +111,74 @@ def _content_text(message: Any) -> str:
     return text
 
 
+def _cached_tokens(usage: Any) -> int:
+    """``usage.prompt_tokens_details.cached_tokens`` (OpenAI, vLLM, SGLang), else 0."""
+    if type(usage) is dict:
+        details = usage.get("prompt_tokens_details")
+        if type(details) is dict:
+            return _token_count(details.get("cached_tokens")) or 0
+    return 0
+
+
+#: The characters of a prompt hashed together when estimating its reused prefix.
+_BLOCK = 64
+#: Prefix blocks remembered per endpoint (least recently seen forgotten first).
+_REMEMBERED_BLOCKS = 50_000
+
+
+def _prompt_text(messages: Any) -> str:
+    """A request's messages as one text, roughly as a server's chat template lays them out."""
+    return "".join(f"<{m.get('role')}>{text_of(m.get('content'))}\n" for m in messages)
+
+
+def affinity_key(messages: Any) -> int:
+    """The routing key of a request: a hash of the leading system messages (the text many
+    calls share — the rules, then an agent's persona — so an agent's calls meet its own
+    prefix again), or of the first 256 characters when there is no system message."""
+    head = []
+    for m in messages:
+        if m.get("role") != "system":
+            break
+        head.append(text_of(m.get("content")))
+    if not head:
+        head = [text_of(messages[0].get("content"))[:256]] if messages else []
+    return zlib.crc32("\x1e".join(head).encode())
+
+
+class PrefixMemory:
+    """What prompt prefixes one endpoint has seen: an estimate, without a tokenizer, of the
+    share of a prompt a server's prefix cache could reuse (blocks of 64 characters hashed
+    as a chain, as servers hash 16-token blocks; the last 50,000 blocks are remembered)."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        self._seen: OrderedDict[int, None] = OrderedDict()
+
+    def reused(self, text: str) -> float:
+        """The share of ``text`` whose leading blocks were seen before; remembers it."""
+        if not text:
+            return 0.0
+        seen = self._seen
+        data = text.encode()
+        h = 0
+        matched = 0
+        prefix = True
+        for start in range(0, len(data) - _BLOCK + 1, _BLOCK):
+            h = zlib.crc32(data[start:start + _BLOCK], h)  # a chain: the prefix up to here
+            block = h | (start << 32)  # and where the block is
+            if block in seen:
+                seen.move_to_end(block)
+                if prefix:
+                    matched += _BLOCK
+            else:
+                prefix = False
+                seen[block] = None
+        while len(seen) > _REMEMBERED_BLOCKS:
+            seen.popitem(last=False)
+        return matched / len(data)
+
+
 def _answer(raw: bytes) -> tuple[str, Any]:
     """``(content, usage)`` of a 200 body; raises :class:`_Bad`."""
     try:
@@ -131,9 +202,10 @@ class OpenAIChat(ModelClient):
     def __init__(self, name: str, *, model: str, base_urls: Sequence[str], pool: EndpointPool,
                  transport: Transport, api_key: str | None = None,
                  temperature: float | None = None, top_p: float | None = None,
-                 max_tokens: int | None = None) -> None:
+                 max_tokens: int | None = None, server: str = "auto") -> None:
         self.name = name
         self.model = model
+        self.server = server  # whose spelling of structured decoding (see _spelling)
         self.temperature = temperature
         self.top_p = top_p
         self.max_tokens = max_tokens
@@ -145,6 +217,7 @@ class OpenAIChat(ModelClient):
             self.headers["Authorization"] = f"Bearer {api_key}"
         #: Successful responses whose ``usage`` was malformed (tokens counted as 0).
         self.anomalies = 0
+        self._prefixes = [PrefixMemory() for _ in base_urls]
 
     def body(self, request: Request) -> dict[str, Any]:
         """The chat completion request body, the client's defaults filled in."""
@@ -165,7 +238,9 @@ class OpenAIChat(ModelClient):
         if seed is not None:
             body["seed"] = seed
         if response_format is not None:
-            body["response_format"] = response_format
+            constrain(body, response_format, self.server)
+        if self.server == "openai":  # OpenAI routes equal keys to the same cache
+            body["prompt_cache_key"] = f"{affinity_key(messages):08x}"
         return body
 
     async def send(self, request: Request) -> Completion:
@@ -173,7 +248,8 @@ class OpenAIChat(ModelClient):
         loop = asyncio.get_running_loop()
         start = loop.time()
         pool = self.pool
-        lease = await pool.acquire()
+        messages = request.messages
+        lease = await pool.acquire(affinity_key(messages))
         # Queueing runs in the caller (cheap futures, even for 100,000 waiting agents); only
         # the HTTP exchange gets a Task, because agents are driven without one and aiohttp's
         # timeouts need asyncio.current_task().
@@ -183,7 +259,7 @@ class OpenAIChat(ModelClient):
         try:
             response = await task
         except TransportError as exc:
-            pool.release(lease, ok=False)
+            pool.release(lease, ok=False, congested=exc.cause == "timeout")
             raise exc.error(f"model {self.name!r}: {exc} from {url}", cause=exc.cause,
                             retryable=exc.retryable) from exc.__cause__
         except BaseException:  # cancelled or abandoned: stop the request too
@@ -196,7 +272,8 @@ class OpenAIChat(ModelClient):
             delay = _retry_after(response.headers) if status in (429, 503) else None
             retryable = status in _RETRY_STATUSES or status >= 500
             # a rate limit or a client error says nothing about the endpoint's health
-            pool.release(lease, ok=False, strike=retryable and status != 429)
+            pool.release(lease, ok=False, strike=retryable and status != 429,
+                         congested=status in (429, 503))
             what = "HTTP 429 rate limited" if status == 429 else f"HTTP {status}"
             raise ModelHTTPError(f"model {self.name!r}: {what}: {detail} from {url}",
                                  cause=f"HTTP {status}", retryable=retryable,
@@ -209,8 +286,10 @@ class OpenAIChat(ModelClient):
                                    retryable=True) from exc.__cause__
         pool.release(lease, ok=True)
         prompt_tokens, completion_tokens = self._usage(usage, url)
+        reused = self._prefixes[lease.index].reused(_prompt_text(messages))
         return Completion(text, self.name, prompt_tokens, completion_tokens,
-                          loop.time() - start, url)
+                          loop.time() - start, url, cached_tokens=_cached_tokens(usage),
+                          prefix_tokens=round(prompt_tokens * reused))
 
     def _usage(self, usage: Any, url: str) -> tuple[int, int]:
         """``(prompt_tokens, completion_tokens)`` of a response; a malformed count is 0."""
@@ -247,7 +326,12 @@ class OpenAIModel(Wrapper):
     ...     return c.text
 
     ``base_urls`` are API roots (ending in ``/v1`` for most servers). ``max_concurrency``
-    bounds requests in flight per endpoint; callers beyond it queue. ``timeout`` bounds one
+    bounds requests in flight per endpoint; callers beyond it queue. With ``adaptive`` (the
+    default) each endpoint's limit moves between ``min_concurrency`` and ``max_concurrency``
+    by additive increase and multiplicative decrease on 429s, 503s and timeouts (see
+    :class:`~populace.llm.EndpointPool`). Requests are routed by a hash of their leading
+    system messages (:func:`affinity_key`) so each server's prefix cache stays hot, with
+    bounded load. ``timeout`` bounds one
     attempt (connect to last byte), not the time spent queued. A failed attempt is retried
     up to ``max_retries`` times with exponential backoff and jitter (starting at ``backoff``
     seconds, at most ``max_backoff``); the ``Retry-After`` of a 429 or 503 is honoured up to
@@ -277,6 +361,8 @@ class OpenAIModel(Wrapper):
         timeout: float = 60.0,
         max_retries: int = 4,
         max_concurrency: int = 64,
+        min_concurrency: int = 1,
+        adaptive: bool = True,
         temperature: float | None = None,
         top_p: float | None = None,
         max_tokens: int | None = None,
@@ -287,6 +373,7 @@ class OpenAIModel(Wrapper):
         max_retry_after: float = 30.0,
         retry_deadline: float | None = None,
         transport: Transport | None = None,
+        server: str = "auto",
     ) -> None:
         if isinstance(base_urls, str):
             base_urls = [base_urls]
@@ -297,13 +384,14 @@ class OpenAIModel(Wrapper):
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0, got {timeout}")
         pool = EndpointPool(urls, max_concurrency=max_concurrency, eject_after=eject_after,
-                            cooldown=cooldown)
+                            cooldown=cooldown, adaptive=adaptive,
+                            min_concurrency=min_concurrency)
         if transport is None:
             transport = AiohttpTransport(timeout=timeout,
                                          connections=max_concurrency * len(urls))
         self.chat = OpenAIChat(name, model=model, base_urls=urls, pool=pool,
                                transport=transport, api_key=api_key, temperature=temperature,
-                               top_p=top_p, max_tokens=max_tokens)
+                               top_p=top_p, max_tokens=max_tokens, server=server)
         self.retrying = Retrying(self.chat, max_retries=max_retries, backoff=backoff,
                                  max_backoff=max_backoff, max_retry_after=max_retry_after,
                                  retry_deadline=retry_deadline)

@@ -13,6 +13,7 @@ import json
 import os
 import socket
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import aiohttp
 
@@ -25,16 +26,33 @@ _SHOWN_MODELS = 8  # served model ids listed in a "does not serve" message
 _Check = tuple[str, OpenAIConfig, str, str | None]  # model key, its config, a URL, the API key
 
 
+#: What a model list's ``owned_by`` says about the server behind it.
+_OWNERS = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llamacpp", "populace": "populace",
+           "openai": "openai", "system": "openai", "openai-internal": "openai"}
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """What the preflight learnt of a model's servers: which kind of server it is (for its
+    own spelling of structured decoding; ``openai`` when it does not say) and how many
+    requests each computes at once, where it declares it (llama.cpp's ``/props``)."""
+
+    server: str
+    slots: int | None = None
+
+
 class _Listing:
     """What one ``GET /models`` gave: the served ids, or why there are none."""
 
-    __slots__ = ("ids", "problem", "status")
+    __slots__ = ("ids", "owners", "problem", "slots", "status")
 
     def __init__(self, ids: list[str] | None = None, *, status: int = 200,
-                 problem: str | None = None) -> None:
+                 problem: str | None = None, owners: dict[str, str] | None = None) -> None:
         self.ids = ids
         self.status = status
         self.problem = problem  # text after "cannot reach URL (…)", for network failures
+        self.owners = owners or {}  # model id → owned_by
+        self.slots: int | None = None  # from /props, for servers that declare them
 
 
 def _unreachable(exc: BaseException) -> str:
@@ -74,7 +92,36 @@ async def _list_models(session: aiohttp.ClientSession, base_url: str,
         ids = [m["id"] for m in data]
     except (ValueError, KeyError, TypeError):
         return _Listing(status=status)
-    return _Listing([i for i in ids if isinstance(i, str)])
+    owners = {m["id"]: m.get("owned_by") for m in data
+              if isinstance(m["id"], str) and isinstance(m.get("owned_by"), str)}
+    listing = _Listing([i for i in ids if isinstance(i, str)], owners=owners)
+    if any(_OWNERS.get(o) in ("llamacpp", "populace") for o in owners.values()):
+        listing.slots = await _slots(session, base_url, headers)
+    return listing
+
+
+async def _slots(session: aiohttp.ClientSession, base_url: str,
+                 headers: dict[str, str]) -> int | None:
+    """``total_slots`` of llama.cpp's ``GET /props`` (at the server's root, beside
+    ``/v1``); None when it does not answer with one."""
+    root = base_url.removesuffix("/v1")
+    try:
+        async with session.get(f"{root}/props", headers=headers) as resp:
+            if resp.status != 200:
+                return None
+            slots = json.loads(await resp.read()).get("total_slots")
+    except (TimeoutError, aiohttp.ClientError, OSError, ValueError, AttributeError):
+        return None
+    return slots if type(slots) is int and slots > 0 else None
+
+
+def _served(config: OpenAIConfig, listings: list[_Listing]) -> Served:
+    """The kind of server a model's endpoints are (the first one's) and their slots (the
+    fewest any declares)."""
+    owner = next((lst.owners.get(config.model) for lst in listings
+                  if lst.owners.get(config.model)), None)
+    slots = [lst.slots for lst in listings if lst.slots is not None]
+    return Served(_OWNERS.get(owner or "", "openai"), min(slots) if slots else None)
 
 
 def _serves(ids: list[str], model: str) -> bool:
@@ -108,8 +155,9 @@ def _judge(name: str, config: OpenAIConfig, url: str, listing: _Listing,
 
 
 async def preflight(models: Mapping[str, ModelConfig], *,
-                    timeout: float = 5.0) -> None:
-    """Raise :class:`~populace.core.ConfigError` if a configured model cannot answer.
+                    timeout: float = 5.0) -> dict[str, Served]:
+    """Raise :class:`~populace.core.ConfigError` if a configured model cannot answer;
+    return what was learnt of each ``openai`` model's servers (:class:`Served`).
 
     >>> asyncio.run(preflight({"qwen": OpenAIConfig(provider="openai", model="qwen",
     ...     base_urls=["http://gpu1:8000/v1"])}))  # doctest: +SKIP
@@ -153,6 +201,12 @@ async def preflight(models: Mapping[str, ModelConfig], *,
     if found:
         more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
         raise ConfigError(" ".join(found[0].split()) + more)
+    learnt: dict[str, list[_Listing]] = {}
+    for step in checks:
+        name, _, url, api_key = step
+        learnt.setdefault(name, []).append(listings[url, api_key])
+    return {name: _served(models[name], found_listings)  # type: ignore[arg-type]
+            for name, found_listings in learnt.items()}
 
 
 async def _list_all(checks: list[_Check], timeout: float

@@ -6,11 +6,12 @@ levels, multi-round feedback, reports — runs without a GPU and still shows str
 plotting. Same messages, seed and temperature: same answer. The rule, in full (also in
 ``docs/scripted-model.md``):
 
-**What it reads.** From the *last user message* (the round prompt): the ratio ``r`` and
+**What it reads.** From the round prompt (the *last user message*, or in the shared-first
+layout the first system message, when it states a target "of the average"): the ratio ``r`` and
 offset ``c`` of "``r`` of the average …, plus ``c``" (default 2/3 and 0), the range of
 "between ``L`` and ``H``" (default 0 and 100) and guidance cues, one reasoning step each:
 "step by step", "rational", "predict"/"anticipate"; "famous" (the prior-knowledge note) adds
-one more. From the *system messages* (the persona: sampled attributes or a background): an
+one more. From the other *system messages* (the persona: sampled attributes or a background): an
 education level and a profession, the first of each table below found in the text. From
 *any non-assistant message*: the last "winning number was ``W``" (feedback of an earlier
 round).
@@ -162,14 +163,23 @@ def _fraction(text: str) -> float | None:
     return value if value > 0 and math.isfinite(value) else None
 
 
+def _round_prompt_at(messages: Sequence[Mapping[str, Any]]) -> int:
+    """Where the round prompt is: a first system message stating a target "of the average"
+    (the shared-first layout), else the last user message; -1 when there is none."""
+    if messages and messages[0].get("role") == "system" and \
+            _RATIO.search(text_of(messages[0].get("content"))):
+        return 0
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "user":
+            return i
+    return -1
+
+
 def read(messages: Sequence[Mapping[str, Any]], params: ScriptedParams = ScriptedParams()
          ) -> Reading:
     """Read the rule's inputs from ``messages`` (see the module docstring)."""
-    prompt = ""
-    for m in reversed(messages):
-        if m.get("role") == "user":
-            prompt = text_of(m.get("content"))
-            break
+    at = _round_prompt_at(messages)
+    prompt = text_of(messages[at].get("content")) if at >= 0 else ""
     ratio, offset = 2 / 3, 0.0
     found = _RATIO.search(prompt)
     if found is not None:
@@ -184,8 +194,8 @@ def read(messages: Sequence[Mapping[str, Any]], params: ScriptedParams = Scripte
         low, high = float(bounds.group(1)), float(bounds.group(2))
     lowered = prompt.lower()
     cues = sum(any(word in lowered for word in cue) for cue in CUES)
-    persona = persona_steps(" ".join(text_of(m.get("content")) for m in messages
-                                     if m.get("role") == "system"))
+    persona = persona_steps(" ".join(text_of(m.get("content")) for i, m in enumerate(messages)
+                                     if m.get("role") == "system" and i != at))
     winner = None
     for m in messages:
         if m.get("role") != "assistant":

@@ -10,18 +10,25 @@ Latency, HTTP 500s, 429s with ``Retry-After``, hung requests and truncated JSON 
 be injected at chosen rates, reproducibly: the fate and latency of the *i*-th request depend
 only on the server seed and *i*, and the number answered depends only on the request's
 ``seed`` (the same number :class:`~populace.llm.DummyModel` answers for that seed). An
-outage (every completion answered 503 for a while) can be scheduled too.
+outage (every completion answered 503 for a while) can be scheduled too, and a concurrency
+cap the server does not advertise (``max_running``: 429 beyond it).
+
+With ``engine`` set, the completions are timed by a simulated GPU inference engine
+(:mod:`populace.llm._engine`: continuous batching, a prefix cache): the same answers, each
+returned once the engine has run it, with the engine's token counts in ``usage`` (and
+``prompt_tokens_details.cached_tokens``); ``GET /stats`` then has an ``engine`` section and
+``GET /props`` tells the engine's capacity as llama.cpp's server does (``total_slots``).
 
 Endpoints: ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions``,
-``GET /health`` and ``GET /stats`` (request counters, as JSON); and batch jobs as the OpenAI
-Batch API runs them: ``POST /v1/files`` (multipart ``purpose=batch``, ``file``), ``GET
-/v1/files[/{id}[/content]]``, ``DELETE /v1/files/{id}``, ``POST /v1/batches``, ``GET
-/v1/batches[/{id}]`` and ``POST /v1/batches/{id}/cancel``. A batch's requests are answered
-in the background, one after another over ``batch_latency`` seconds, each as the chat
-endpoint answers it (the same fate and text; no latency or outage): successes go to the
-batch's output file, failures (injected 500s, an unknown model) to its error file, as
-OpenAI does. :func:`run_batch` answers an input file offline instead, writing vLLM's
-``run_batch`` output format (``populace run-batch``).
+``GET /health``, ``GET /stats`` (request counters, as JSON), ``GET /props`` (with an engine);
+and batch jobs as the OpenAI Batch API runs them: ``POST /v1/files`` (multipart
+``purpose=batch``, ``file``), ``GET /v1/files[/{id}[/content]]``, ``DELETE /v1/files/{id}``,
+``POST /v1/batches``, ``GET /v1/batches[/{id}]`` and ``POST /v1/batches/{id}/cancel``. A
+batch's requests are answered in the background, one after another over ``batch_latency``
+seconds, each as the chat endpoint answers it (the same fate and text; no latency, outage
+or engine): successes go to the batch's output file, failures (injected 500s, an unknown
+model) to its error file, as OpenAI does. :func:`run_batch` answers an input file offline
+instead, writing vLLM's ``run_batch`` output format (``populace run-batch``).
 
 >>> async def demo():
 ...     async with running_server(ServerOptions(latency=0.05)) as base_url:
@@ -55,7 +62,8 @@ from ._batchfile import (
     result_line,
     write_output,
 )
-from ._replies import extraction, json_answer, text_of, words
+from ._engine import Engine, EngineParams, chat_tokens, text_tokens
+from ._replies import extraction, find_number, json_answer, text_of, words
 from ._scripted import ScriptedParams, scripted_reply
 
 log = logging.getLogger("populace.llm.server")
@@ -92,6 +100,11 @@ class ServerOptions:
     (the fates of the others stay as without the outage). ``batch_latency``: the seconds a
     batch job takes to answer all its requests (spread evenly over them). Latencies are at
     most 3600 seconds, the other times at most 86400 (a day).
+
+    ``engine``: time completions on a simulated inference engine with these parameters (the
+    ``latency`` comes first, as a network's would; batch jobs do not use the engine).
+    ``max_running``: a completion request arriving while that many are in flight is
+    answered 429 with ``Retry-After: retry_after``, not counted as a request.
     """
 
     models: Sequence[str] = ("dummy",)
@@ -109,6 +122,8 @@ class ServerOptions:
     api_key: str | None = None
     outage: tuple[float, float] | None = None
     batch_latency: float = 0.5
+    engine: EngineParams | None = None
+    max_running: int | None = None
 
     def __post_init__(self) -> None:
         models = (self.models,) if isinstance(self.models, str) else tuple(self.models)
@@ -143,6 +158,11 @@ class ServerOptions:
                 raise ValueError(f"outage must be (start, duration) with both at most "
                                  f"{MAX_TIMEOUT_S:g} seconds, got {self.outage!r}")
             object.__setattr__(self, "outage", (float(self.outage[0]), float(self.outage[1])))
+        if self.engine is not None and not isinstance(self.engine, EngineParams):
+            raise ValueError(f"engine must be EngineParams or None, got {self.engine!r}")
+        if self.max_running is not None and (type(self.max_running) is not int
+                                             or self.max_running < 1):
+            raise ValueError(f"max_running must be an integer >= 1, got {self.max_running!r}")
 
 
 def _within(seconds: Any, most: float) -> bool:
@@ -174,6 +194,7 @@ class _State:
 
 _OPTIONS = web.AppKey("options", ServerOptions)
 _STATE = web.AppKey("state", _State)
+_ENGINE = web.AppKey("engine", Engine)  # only with ServerOptions.engine
 
 
 # -- answers ---------------------------------------------------------------------------------
@@ -181,6 +202,10 @@ def _answer(options: ServerOptions, messages: list[dict[str, Any]], seed: int,
             response_format: Any, temperature: Any = None) -> str:
     """What the fake model says, determined by ``options``, ``messages`` and ``seed``
     (and, for the scripted policy, ``temperature``)."""
+    if isinstance(response_format, dict) and response_format.get("type") in ("choice",
+                                                                             "regex"):
+        return _held(_answer(options, messages, seed, None, temperature), response_format,
+                     seed)
     if options.policy == "scripted":
         t = float(temperature) if isinstance(temperature, int | float) else None
         return scripted_reply(messages, seed=seed, temperature=t,
@@ -205,6 +230,38 @@ def _answer(options: ServerOptions, messages: list[dict[str, Any]], seed: int,
     if options.policy == "reasoning":
         return f"{reason} The answer is {number}."
     return str(number)
+
+
+def _wanted(body: dict[str, Any]) -> Any:
+    """The answer's required form in any server's spelling (see
+    :mod:`populace.llm._spelling`), as a ``response_format``: OpenAI's, vLLM's
+    ``structured_outputs`` (``json``, ``regex``, ``choice``), SGLang's ``regex``,
+    llama.cpp's ``json_schema``."""
+    spec = body.get("structured_outputs")
+    if isinstance(spec, dict):
+        if "json" in spec:
+            return {"type": "json_schema", "json_schema": {"schema": spec["json"]}}
+        if isinstance(spec.get("choice"), list) and spec["choice"]:
+            return {"type": "choice", "choice": spec["choice"]}
+        if isinstance(spec.get("regex"), str):
+            return {"type": "regex", "regex": spec["regex"]}
+    if isinstance(body.get("json_schema"), dict):
+        return {"type": "json_schema", "json_schema": {"schema": body["json_schema"]}}
+    if isinstance(body.get("regex"), str):
+        return {"type": "regex", "regex": body["regex"]}
+    return body.get("response_format")
+
+
+def _held(text: str, wanted: Any, seed: int) -> str:
+    """``text`` held to a ``choice`` or ``regex`` form: the number it settles on (a choice
+    equal to it, else a seeded one)."""
+    number = find_number(text)
+    if wanted.get("type") == "regex":
+        return number if number is not None else "0"
+    choices = [str(c) for c in wanted["choice"]]
+    if number is not None and number in choices:
+        return number
+    return choices[mix64(derive_seed(seed, _SENTENCE)) % len(choices)]
 
 
 def _truncate(text: str, max_tokens: Any) -> tuple[str, str]:
@@ -331,11 +388,12 @@ def _completion(options: ServerOptions, index: int, body: dict[str, Any],
     n = n if type(n) is int and 1 <= n <= 128 else 1
     max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
     prompt_tokens = sum(words(text_of(m.get("content"))) for m in messages)
+    wanted = _wanted(body)
     choices = []
     completion_tokens = 0
     for k in range(n):
         text = _answer(options, messages, seed if k == 0 else derive_seed(seed, k),
-                       body.get("response_format"), body.get("temperature"))
+                       wanted, body.get("temperature"))
         text, finish = _truncate(text, max_tokens)
         completion_tokens += words(text)
         if legacy:
@@ -368,6 +426,11 @@ async def _complete(request: web.Request, messages: list[dict[str, Any]], body: 
         state.injected["outage"] += 1
         return _error(state, 503, "Injected outage: the model is unavailable.", "server_error",
                       headers={"Retry-After": _seconds(options.retry_after)})
+    if options.max_running is not None and state.in_flight >= options.max_running:
+        state.injected["over_limit"] += 1
+        return _error(state, 429, "Rate limit reached: too many requests in flight; retry "
+                      "later.", "rate_limit_error",
+                      headers={"Retry-After": _seconds(options.retry_after)})
     index = state.requests
     state.requests += 1
     state.models[model] += 1
@@ -390,6 +453,9 @@ async def _complete(request: web.Request, messages: list[dict[str, Any]], body: 
         if delay > 0:
             await asyncio.sleep(delay)
         payload = _completion(options, index, body, messages, model, legacy)
+        engine = request.app.get(_ENGINE)
+        if engine is not None:
+            await _run_on(engine, payload, messages, legacy)
         if fate == "malformed":
             state.injected["malformed"] += 1
             raw = json.dumps(payload).encode()
@@ -398,6 +464,21 @@ async def _complete(request: web.Request, messages: list[dict[str, Any]], body: 
         return _json(state, payload)
     finally:
         state.in_flight -= 1
+
+
+async def _run_on(engine: Engine, payload: dict[str, Any], messages: list[dict[str, Any]],
+                  legacy: bool) -> None:
+    """Wait for the engine to run the completion ``payload``; its usage becomes the engine's
+    token counts."""
+    prompt = text_tokens(text_of(messages[0].get("content"))) if legacy \
+        else chat_tokens(messages)
+    lengths = [len(text_tokens(c["text"] if legacy else c["message"]["content"]))
+               for c in payload["choices"]]
+    done = await engine.generate(prompt, lengths)
+    payload["usage"] = {"prompt_tokens": done.prompt_tokens,
+                        "completion_tokens": done.completion_tokens,
+                        "total_tokens": done.prompt_tokens + done.completion_tokens,
+                        "prompt_tokens_details": {"cached_tokens": done.cached_tokens}}
 
 
 def _answer_batched(options: ServerOptions, state: _State, body: dict[str, Any]
@@ -462,8 +543,25 @@ async def _health(request: web.Request) -> web.Response:
 
 
 async def _stats(request: web.Request) -> web.Response:
+    engine = request.app.get(_ENGINE)
+    extra = {} if engine is None else {"engine": engine.stats()}
     return web.json_response({**request.app[_STATE].as_json(),
-                              "batches": request.app[_JOBS].summary()})
+                              "batches": request.app[_JOBS].summary(), **extra})
+
+
+async def _props(request: web.Request) -> web.Response:
+    """The engine's capacity, in the shape of llama.cpp's server ``GET /props`` (public, as
+    there): ``total_slots`` is the most sequences it decodes at once."""
+    engine = request.app.get(_ENGINE)
+    if engine is None:
+        return web.json_response(_error_body(
+            "This server runs no engine model; start it with --engine.", "not_found_error"),
+            status=404)
+    return web.json_response({
+        "default_generation_settings": {}, "total_slots": engine.params.max_batch,
+        "chat_template": "", "model_alias": request.app[_OPTIONS].models[0],
+        "model_path": "", "build_info": "populace-serve-llm",
+        "engine": engine.stats()["params"]})
 
 
 # -- files and batch jobs --------------------------------------------------------------------
@@ -823,6 +921,10 @@ def create_app(options: ServerOptions | None = None) -> web.Application:
     app[_OPTIONS] = options if options is not None else ServerOptions()
     app[_STATE] = _State()
     app[_JOBS] = jobs = _Jobs(app[_OPTIONS].seed)
+    engine_params = app[_OPTIONS].engine
+    engine = Engine(engine_params) if engine_params is not None else None
+    if engine is not None:
+        app[_ENGINE] = engine
     app.router.add_get("/v1/models", _models)
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_post("/v1/completions", _legacy)
@@ -837,9 +939,12 @@ def create_app(options: ServerOptions | None = None) -> web.Application:
     app.router.add_post("/v1/batches/{batch_id}/cancel", _cancel_batch)
     app.router.add_get("/health", _health)
     app.router.add_get("/stats", _stats)
+    app.router.add_get("/props", _props)
 
     async def stop_jobs(app: web.Application) -> None:
         await jobs.aclose()
+        if engine is not None:
+            await engine.aclose()
 
     app.on_cleanup.append(stop_jobs)
     return app

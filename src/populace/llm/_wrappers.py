@@ -101,7 +101,8 @@ class Retrying(Wrapper):
 
 
 class Counted(Wrapper):
-    """Counts calls, failures, calls in flight, retries and tokens: :meth:`statistics`.
+    """Counts calls, failures, calls in flight, retries and tokens (prompt, completion,
+    cached, prefix): :meth:`statistics`.
 
     ``retries`` are attempts beyond the first, of answered and failed calls alike, so
     ``requests + retries`` is what the server saw.
@@ -111,6 +112,7 @@ class Counted(Wrapper):
         super().__init__(inner)
         self._requests = self._failures = self._in_flight = self._retries = 0
         self._prompt_tokens = self._completion_tokens = 0
+        self._cached_tokens = self._prefix_tokens = 0
 
     async def send(self, request: Request) -> Completion:
         self._requests += 1
@@ -126,12 +128,15 @@ class Counted(Wrapper):
         self._retries += answer.retries
         self._prompt_tokens += answer.prompt_tokens
         self._completion_tokens += answer.completion_tokens
+        self._cached_tokens += answer.cached_tokens
+        self._prefix_tokens += answer.prefix_tokens
         return answer
 
     def statistics(self) -> ModelStats:
         return ModelStats(self.name, self._requests, self._failures, self._in_flight,
                           self._prompt_tokens, self._completion_tokens, self._retries,
-                          self.inner.endpoint_statistics())
+                          self.inner.endpoint_statistics(), self._cached_tokens,
+                          self._prefix_tokens)
 
 
 class ReplayThenLive(Wrapper):

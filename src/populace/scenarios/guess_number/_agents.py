@@ -10,14 +10,18 @@ from typing import Any
 
 from populace.core import Agent, Msg, Profile, seed_for
 from populace.environment import EnvVerbs, Op
-from populace.llm import ChatMessage, ModelClient
+from populace.llm import ChatMessage, Layout, ModelClient, conversation
 
 from ._prompts import (
     ANSWER_FORMAT,
+    CONSTRAINED_FORMAT,
+    CONSTRAINED_MAX_TOKENS,
     EXTRACT,
     RESPONSE_SCHEMA,
     STRUCTURED_FORMAT,
+    TURN,
     extracted_number,
+    number_constraint,
     persona,
 )
 from ._rules import parse_number
@@ -50,6 +54,7 @@ class Rules:
     protocols: Mapping[str, str] | None = None  # model name → direct | two_call | structured
     memory_rounds: int = 5
     attributes: tuple[str, ...] = ()  # per-agent prompt fields, from the profile
+    layout: Layout = "shared_first"
 
 
 class Participant(Agent):
@@ -82,27 +87,32 @@ class Participant(Agent):
         default: the bounded memory must not cut what the conversation should include."""
         return max(Agent.memory_size, 2 * self.rules.memory_rounds)
 
-    def conversation(self, prompt: str) -> list[ChatMessage]:
-        """Earlier rounds from memory (own answers, the moderator's results), then the prompt."""
+    def conversation(self, prompt: str, round_no: int = 1) -> list[ChatMessage]:
+        """The round prompt, the persona and earlier rounds from memory (own answers, the
+        moderator's results), in the run's layout (see ``populace.llm.conversation``)."""
         rules = self.rules
         keep = 2 * rules.memory_rounds
-        messages: list[ChatMessage] = []
+        about = None
         if rules.attributes:
             about = persona(self.profile, rules.attributes)
-            if about:
-                messages.append({"role": "system", "content": about})
             if "{" in prompt:  # per-agent fields the moderator left for us
                 prompt = prompt.format_map({a: self.profile[a] for a in rules.attributes})
+        history: list[ChatMessage] = []
         if keep and self._memory is not None:
             for m in list(self._memory)[-keep:]:
                 role = "assistant" if m.sender == self.id else "user"
-                messages.append({"role": role, "content": str(m.content)})
+                history.append({"role": role, "content": str(m.content)})
         if self.protocol == "direct":
             prompt += ANSWER_FORMAT
         elif self.protocol == "structured":
             prompt += STRUCTURED_FORMAT
-        messages.append({"role": "user", "content": prompt})
-        return messages
+        elif self.protocol == "constrained":
+            prompt += CONSTRAINED_FORMAT
+        if rules.layout == "persona_first":
+            return conversation(prompt, "", persona=about, history=history,
+                                layout="persona_first")
+        return conversation(prompt, TURN.format(round=round_no), persona=about,
+                            history=history)
 
     async def reply(self, msg: Msg) -> Msg:
         rules = self.rules
@@ -113,10 +123,16 @@ class Participant(Agent):
         # A model that ignores prompts (the dummy) is not handed one to ignore, and nothing
         # is remembered for conversations that will never be built.
         reads = getattr(self.model, "reads_prompt", True)
-        messages = self.conversation(msg.content) if reads else ()
+        messages = self.conversation(msg.content, meta.get("round", 1)) if reads else ()
+        max_tokens, response_format = rules.max_tokens, None
+        if structured:
+            response_format = RESPONSE_SCHEMA
+        elif self.protocol == "constrained":
+            max_tokens = min(max_tokens or CONSTRAINED_MAX_TOKENS, CONSTRAINED_MAX_TOKENS)
+            response_format = number_constraint(rules.low, rules.high)
         answer = await self.model.complete(
-            messages, temperature=rules.temperature, seed=seed,
-            max_tokens=rules.max_tokens, response_format=RESPONSE_SCHEMA if structured else None,
+            messages, temperature=rules.temperature, seed=seed, max_tokens=max_tokens,
+            response_format=response_format,
         )
         ptok, ctok, retries, calls = (answer.prompt_tokens, answer.completion_tokens,
                                       answer.retries, 1)

@@ -19,7 +19,7 @@ from pydantic import (
 
 from populace._strict import MAX_AGENTS, MAX_STEPS, MAX_WORKERS, StrictModel, fail_at
 from populace.core import derive_seed
-from populace.llm import DummyConfig, ModelConfig
+from populace.llm import DummyConfig, Layout, ModelConfig
 from populace.population import PopulationConfig
 
 from ._prompts import RULES
@@ -88,11 +88,17 @@ class GameConfig(StrictModel):
     level: Literal["P1", "P2", "P3", "P4"] = Field(
         "P1", description="guidance: P1 answer directly … P4 step by step, rational, adaptive")
     famous_note: bool = Field(False, description="say it is a variant of the famous 2/3 game")
-    protocol: Literal["auto", "direct", "two_call", "structured"] = Field(
+    protocol: Literal["auto", "direct", "two_call", "structured", "constrained"] = Field(
         "auto", description="direct: one call, number parsed from the answer; two_call: the "
-        "paper's answer + extraction calls; structured: one call with a JSON schema; auto: "
-        "direct for the dummy model, two_call otherwise")
+        "paper's answer + extraction calls; structured: one call with a JSON schema; "
+        "constrained: one call of a few tokens that the server holds to a number (a choice "
+        "or regex constraint where the server takes one); auto: direct for the dummy model, "
+        "two_call otherwise")
     prompt: str = Field(DEFAULT_PROMPT, description="round prompt template")
+    layout: Layout = Field("shared_first", description="shared_first: the round prompt (the "
+                           "same for every player) opens the conversation, then the persona "
+                           "and the player's history, so a server's prefix cache reuses it; "
+                           "persona_first: persona, history, then the round prompt")
     feedback: bool = Field(True, description="tell every participant the winning number "
                            "after each round")
     memory_rounds: int = Field(5, ge=0, description="earlier rounds a participant remembers "

@@ -38,14 +38,38 @@ INSTRUCTIONS = {
 #: Added for protocols that read the number from the answer itself.
 ANSWER_FORMAT = " End with the sentence 'The answer is N', where N is your number."
 
+CONSTRAINED_FORMAT = " Reply with your number only."
+
+#: The answer of the constrained protocol: a few tokens (the number and an end).
+CONSTRAINED_MAX_TOKENS = 8
+
+
+def number_constraint(low: float, high: float) -> dict[str, Any]:
+    """The ``response_format`` holding an answer to a number (see
+    ``populace.llm._spelling``): one of the integers of a range of at most 1,001 of them,
+    else a decimal number.
+
+    >>> number_constraint(0, 3)
+    {'type': 'choice', 'choice': ['0', '1', '2', '3']}
+    """
+    if low == int(low) and high == int(high) and high - low <= 1000:
+        return {"type": "choice", "choice": [str(i) for i in range(int(low), int(high) + 1)]}
+    return {"type": "regex", "regex": r"-?[0-9]{1,15}(\.[0-9]{1,4})?"}
+
+
 STRUCTURED_FORMAT = (" Reply with a JSON object with two fields: \"reasoning\" (a string) "
                      "and \"number\" (your number).")
 
+#: The instruction comes before the answer it reads, so every extraction call shares it as
+#: a prefix a server computes once (see ``populace.llm.conversation``).
 EXTRACT = (
-    "Below is a player's answer from a number game.\n\n---\n{answer}\n---\n\n"
-    "Extract the one number this player finally chose. Reply with exactly 'The answer is N', "
-    "where N is that number, or with 'I CAN'T' if the answer does not settle on one number."
+    "Extract the one number a player of a number game finally chose in the answer below. "
+    "Reply with exactly 'The answer is N', where N is that number, or with 'I CAN'T' if the "
+    "answer does not settle on one number.\n\n---\n{answer}\n---"
 )
+
+#: The user's turn that ends a shared-first conversation (the rules came first).
+TURN = "Round {round}: choose your number."
 
 #: The ``response_format`` of the structured protocol (OpenAI / vLLM JSON schema).
 RESPONSE_SCHEMA: dict[str, Any] = {
