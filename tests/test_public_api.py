@@ -37,7 +37,8 @@ API: dict[str, set[str]] = {
         "model_stats", "traffic", "run_batch", "BatchConfig", "Request", "Wrapper", "Retrying",
         "Counted", "ReplayThenLive", "OpenAIChat", "Transport", "AiohttpTransport",
         "MockTransport", "Response", "TransportError", "PythonConfig", "load_factory",
-        "LAYOUTS", "Layout", "conversation", "Served", "EngineParams"},
+        "LAYOUTS", "Layout", "conversation", "Served", "EngineParams",
+        "Coalescing", "limits"},
     "populace.population": {
         "AspectConfig", "BackgroundConfig", "BackgroundResult", "DEFAULT_META_PROMPT",
         "DEFAULT_SYSTEM_PROMPT", "GroupsConfig", "PopulationConfig", "TEMPLATES",

@@ -91,7 +91,7 @@ async def test_adaptive_limit_slow_starts_then_halves_on_congestion() -> None:
         for lease in leases:
             pool.release(lease, ok=True)
         assert limits(pool) == [expected]
-    # a burst of 429s from one round trip halves it once, not once per failure
+    # a burst of 503s from one round trip halves it once, not once per failure
     leases = await fill(pool, 64)
     for lease in leases[:10]:
         pool.release(lease, ok=False, strike=False, congested=True)
@@ -103,6 +103,12 @@ async def test_adaptive_limit_slow_starts_then_halves_on_congestion() -> None:
     for lease in leases:
         pool.release(lease, ok=True)
     assert limits(pool) == [33]
+    # a 429 cuts a tenth
+    leases = await fill(pool, 33)
+    pool.release(leases[0], ok=False, strike=False, rate_limited=True)
+    assert 29 <= limits(pool)[0] <= 30  # 33.x × 0.9
+    for lease in leases[1:]:
+        pool.release(lease, ok=True)
     # the floor holds
     for _ in range(10):
         lease = await pool.acquire()
@@ -186,4 +192,96 @@ async def test_the_client_reports_cached_and_prefix_tokens_and_routes_by_key() -
     stats = model.statistics()
     assert stats.cached_tokens == 100 and stats.prefix_tokens == second.prefix_tokens
     assert [e.limit for e in stats.endpoints] == [8, 8, 8, 8]
+    await model.aclose()
+
+
+# -- coalescing -----------------------------------------------------------------------------
+def numbered(n_field: bool = True) -> tuple[MockTransport, list[dict[str, Any]]]:
+    """A server answering choice k as "answer k" (only one choice without ``n_field``)."""
+    bodies: list[dict[str, Any]] = []
+
+    def answer(url: str, body: dict[str, Any]) -> Response:
+        bodies.append(body)
+        n = body.get("n", 1) if n_field else 1
+        return Response.json({
+            "choices": [{"message": {"content": f"answer {k}"}} for k in range(n)],
+            "usage": {"prompt_tokens": 50, "completion_tokens": 2 * n + 1}})
+
+    return MockTransport(answer), bodies
+
+
+async def test_identical_calls_of_one_moment_go_as_one_request_with_n() -> None:
+    transport, bodies = numbered()
+    model = OpenAIModel("m", model="m", base_urls=URLS[:1], coalesce=True,
+                        transport=transport)
+    same = [{"role": "user", "content": "Pick a number"}]
+    other = [{"role": "user", "content": "Pick a letter"}]
+    calls = [model.complete(same, seed=s, temperature=1.0) for s in range(5)]
+    calls.append(model.complete(other, seed=9, temperature=1.0))
+    answers = await asyncio.gather(*calls)
+    assert [a.text for a in answers] == [f"answer {k}" for k in range(5)] + ["answer 0"]
+    assert sorted(b.get("n", 1) for b in bodies) == [1, 5]
+    grouped = next(b for b in bodies if b.get("n") == 5)
+    assert grouped["seed"] == 0  # the first caller's
+    # prompt tokens once (the server prefilled once), completion tokens shared out
+    assert [a.prompt_tokens for a in answers[:5]] == [50, 0, 0, 0, 0]
+    assert sum(a.completion_tokens for a in answers[:5]) == 11
+    assert [a.coalesced for a in answers] == [False, True, True, True, True, False]
+    stats = model.statistics()
+    assert (stats.requests, stats.coalesced) == (6, 4)
+    # different settings never share a request
+    bodies.clear()
+    await asyncio.gather(model.complete(same, temperature=1.0), model.complete(same))
+    assert [b.get("n", 1) for b in bodies] == [1, 1]
+    await model.aclose()
+
+
+async def test_a_server_ignoring_n_gets_one_request_per_call() -> None:
+    transport, bodies = numbered(n_field=False)
+    model = OpenAIModel("m", model="m", base_urls=URLS[:1], coalesce=True,
+                        transport=transport)
+    same = [{"role": "user", "content": "Pick a number"}]
+    answers = await asyncio.gather(*(model.complete(same, seed=s) for s in range(4)))
+    assert [a.text for a in answers] == ["answer 0"] * 4 and len(bodies) == 4
+    assert not any(a.coalesced for a in answers)
+    bodies.clear()
+    await asyncio.gather(*(model.complete(same, seed=s) for s in range(3)))
+    assert [b.get("n", 1) for b in bodies] == [1, 1, 1]  # learnt: no more n
+    await model.aclose()
+
+
+async def test_a_failed_coalesced_request_fails_every_caller_once() -> None:
+    def refuse(url: str, body: dict[str, Any]) -> Response:
+        return Response.json({"error": {"message": "no"}}, status=400)
+
+    model = OpenAIModel("m", model="m", base_urls=URLS[:1], coalesce=True,
+                        transport=MockTransport(refuse))
+    same = [{"role": "user", "content": "Pick"}]
+    results = await asyncio.gather(*(model.complete(same) for _ in range(3)),
+                                   return_exceptions=True)
+    assert all("HTTP 400" in str(r) for r in results)
+    stats = model.statistics()
+    assert (stats.requests, stats.failures, stats.retries) == (3, 3, 0)
+    await model.aclose()
+
+
+async def test_timeouts_and_503s_halve_the_limit_and_429s_trim_it() -> None:
+    from populace.llm import TransportError
+
+    fates = iter(["timeout", "503", "429"])
+
+    def answer(url: str, body: dict[str, Any]) -> Response:
+        fate = next(fates)
+        if fate == "timeout":
+            raise TransportError("timed out after 1 s", cause="timed out")
+        return Response.json({"error": {"message": fate}}, status=int(fate))
+
+    model = OpenAIModel("m", model="m", base_urls=URLS[:1], max_retries=0,
+                        max_concurrency=64, transport=MockTransport(answer))
+    seen = []
+    for _ in range(3):
+        with pytest.raises(Exception):
+            await model.complete([{"role": "user", "content": "x"}])
+        seen.append(model.statistics().endpoints[0].limit)
+    assert seen == [4, 2, 1]  # 8 halved, halved, then 2 × 0.9 (floor 1)
     await model.aclose()

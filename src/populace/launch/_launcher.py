@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from populace.core import ConfigError, PopulaceError, Simulation, WorkerLost, ship_by_value
 from populace.environment import ServiceClosed
-from populace.llm import ModelSet, Served, preflight, traffic
+from populace.llm import ModelSet, Served, limits, preflight, traffic
 from populace.population import generate_backgrounds
 from populace.results import (
     RunDirectory,
@@ -411,6 +411,9 @@ async def _step(run: Run, scenario: Scenario, t: int, summary: dict[str, Any],
     llm = _traffic(run, since=sent)
     if llm:  # every call the step made, per model, failed ones and retries included
         entry["llm"] = llm
+        adapted = limits(w.resources for w in run.sim.statistics().workers)
+        if adapted:  # where the adaptive limits stood at the step's end
+            entry["limits"] = adapted
     entry["wall_s"] = round(time.perf_counter() - t0, 4)
     if run.run_dir is not None:
         for name, table in tables.items():

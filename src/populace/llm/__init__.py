@@ -17,6 +17,7 @@ from ._base import (
     ModelClient,
     ModelStats,
     Request,
+    limits,
     model_stats,
     traffic,
 )
@@ -41,7 +42,7 @@ from ._record import RecordingModel, ReplayModel, request_key
 from ._scripted import ScriptedModel, ScriptedParams, scripted_reply
 from ._server import ServerOptions, create_app, run_batch, running_server, serve
 from ._transport import AiohttpTransport, MockTransport, Response, Transport, TransportError
-from ._wrappers import Counted, ReplayThenLive, Retrying, Wrapper
+from ._wrappers import Coalescing, Counted, ReplayThenLive, Retrying, Wrapper
 
 __all__ = [
     "LAYOUTS",
@@ -49,6 +50,7 @@ __all__ = [
     "AiohttpTransport",
     "BatchConfig",
     "ChatMessage",
+    "Coalescing",
     "Completion",
     "Counted",
     "DummyConfig",
@@ -84,6 +86,7 @@ __all__ = [
     "build_model",
     "conversation",
     "create_app",
+    "limits",
     "load_factory",
     "model_stats",
     "preflight",

@@ -31,6 +31,8 @@ class Completion:
     #: prompt tokens of a prefix already sent to the same endpoint (the client's estimate
     #: of what a prefix cache can reuse)
     prefix_tokens: int = 0
+    #: answered by a request another call made (see :class:`~populace.llm.Coalescing`)
+    coalesced: bool = False
 
     @property
     def total_tokens(self) -> int:
@@ -51,6 +53,7 @@ class ModelStats:
     endpoints: tuple[EndpointStats, ...] = ()  # per server, for clients that use several
     cached_tokens: int = 0  # prompt tokens servers said they took from their prefix cache
     prefix_tokens: int = 0  # prompt tokens repeating a prefix sent to the same endpoint
+    coalesced: int = 0  # calls answered by another call's request (n > 1)
 
 
 class Request(NamedTuple):
@@ -134,13 +137,14 @@ def model_stats(resources: Iterable[Any]) -> list[ModelStats]:
 
 #: The counters of :func:`traffic`, per model.
 TRAFFIC = ("requests", "retries", "sent", "failures", "prompt_tokens", "completion_tokens",
-           "cached_tokens", "prefix_tokens")
+           "cached_tokens", "prefix_tokens", "coalesced")
 
 
 def traffic(workers: Iterable[Iterable[Any]]) -> dict[str, dict[str, int]]:
     """Per model, summed over workers' resource statistics: ``requests`` (calls asked for),
-    ``retries`` (attempts beyond the first), ``sent`` (both: the HTTP requests made, or the
-    simulated or replayed calls), ``failures`` (calls that gave up), and tokens:
+    ``retries`` (attempts beyond the first), ``coalesced`` (calls answered by another
+    call's request), ``sent`` (the HTTP requests made, or the simulated or replayed calls:
+    requests + retries - coalesced), ``failures`` (calls that gave up), and tokens:
     ``cached_tokens`` (prompt tokens servers said their prefix cache gave them) and
     ``prefix_tokens`` (prompt tokens repeating a prefix already sent to the same endpoint:
     what a prefix cache could reuse, estimated by the client)."""
@@ -150,10 +154,23 @@ def traffic(workers: Iterable[Iterable[Any]]) -> dict[str, dict[str, int]]:
             acc = out.setdefault(m.model, dict.fromkeys(TRAFFIC, 0))
             acc["requests"] += m.requests
             acc["retries"] += m.retries
-            acc["sent"] += m.requests + m.retries
+            acc["sent"] += m.requests + m.retries - m.coalesced
             acc["failures"] += m.failures
             acc["prompt_tokens"] += m.prompt_tokens
             acc["completion_tokens"] += m.completion_tokens
             acc["cached_tokens"] += m.cached_tokens
             acc["prefix_tokens"] += m.prefix_tokens
+            acc["coalesced"] += m.coalesced
+    return out
+
+
+def limits(workers: Iterable[Iterable[Any]]) -> dict[str, dict[str, int]]:
+    """Per model and endpoint URL, the requests the workers may have in flight there now
+    (their limits summed; adaptive limits move with the server's answers)."""
+    out: dict[str, dict[str, int]] = {}
+    for resources in workers:
+        for m in model_stats(resources):
+            for e in m.endpoints:
+                per = out.setdefault(m.model, {})
+                per[e.url] = per.get(e.url, 0) + e.limit
     return out

@@ -105,6 +105,10 @@ class OpenAIConfig(StrictModel):
         None, description="[prompt, completion] price per million tokens: summaries then "
         "report the cost")
     batch: BatchConfig | None = Field(None, description="send the calls as batch jobs")
+    coalesce: bool = Field(False, description="send identical calls made at the same "
+                           "moment as one request for n answers (the server prefills the "
+                           "prompt once; changes which sample each agent gets, not their "
+                           "distribution)")
     server: Server = Field("auto", description="the kind of server, for its own spelling "
                            "of structured decoding: openai, vllm, sglang, llamacpp or "
                            "populace (serve-llm); auto: learnt by the preflight from the "
@@ -287,6 +291,7 @@ def build_model(name: str,
             max_backoff=config.max_backoff,
             retry_deadline=config.retry_deadline,
             server=config.server,
+            coalesce=config.coalesce and config.batch is None,
         )
         if config.slots is not None:  # this worker's share of every server's slots
             for url in config.base_urls:

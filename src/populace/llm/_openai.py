@@ -31,7 +31,7 @@ from ._pool import EndpointPool, EndpointStats
 from ._replies import text_of
 from ._spelling import constrain
 from ._transport import AiohttpTransport, Transport, TransportError
-from ._wrappers import Counted, Retrying, Wrapper
+from ._wrappers import Coalescing, Counted, Retrying, Wrapper
 
 log = logging.getLogger("populace.llm.openai")
 
@@ -179,17 +179,21 @@ class PrefixMemory:
         return matched / len(data)
 
 
-def _answer(raw: bytes) -> tuple[str, Any]:
-    """``(content, usage)`` of a 200 body; raises :class:`_Bad`."""
+def _answer(raw: bytes, n: int = 1) -> tuple[list[str], Any]:
+    """``(contents, usage)`` of a 200 body: the first ``n`` choices' texts (fewer when the
+    server sent fewer: it ignores ``n``); raises :class:`_Bad`."""
     try:
         data = json.loads(raw)
     except ValueError as exc:
         raise _Bad(f"malformed JSON body ({len(raw)} bytes)", "malformed JSON") from exc
     try:
-        message = data["choices"][0]["message"]
+        choices = data["choices"]
+        texts = [_content_text(choices[k]["message"]) for k in range(min(n, len(choices)))]
     except (KeyError, IndexError, TypeError) as exc:
         raise _Bad("response without choices[0].message.content", "without choices") from exc
-    return _content_text(message), data.get("usage")
+    if not texts:
+        raise _Bad("response without choices[0].message.content", "without choices")
+    return texts, data.get("usage")
 
 
 class OpenAIChat(ModelClient):
@@ -244,7 +248,16 @@ class OpenAIChat(ModelClient):
         return body
 
     async def send(self, request: Request) -> Completion:
-        payload = json.dumps(self.body(request)).encode()
+        return (await self.send_choices(request, 1))[0]
+
+    async def send_choices(self, request: Request, n: int) -> list[Completion]:
+        """``n`` answers to ``request`` from one HTTP request (``"n": n``), or fewer when the
+        server ignores ``n``. The request's prompt tokens, cached or not, are counted on the
+        first answer (a server prefills them once); its completion tokens are shared out."""
+        body = self.body(request)
+        if n > 1:
+            body["n"] = n
+        payload = json.dumps(body).encode()
         loop = asyncio.get_running_loop()
         start = loop.time()
         pool = self.pool
@@ -259,7 +272,7 @@ class OpenAIChat(ModelClient):
         try:
             response = await task
         except TransportError as exc:
-            pool.release(lease, ok=False, congested=exc.cause == "timeout")
+            pool.release(lease, ok=False, congested=exc.cause == "timed out")
             raise exc.error(f"model {self.name!r}: {exc} from {url}", cause=exc.cause,
                             retryable=exc.retryable) from exc.__cause__
         except BaseException:  # cancelled or abandoned: stop the request too
@@ -273,13 +286,13 @@ class OpenAIChat(ModelClient):
             retryable = status in _RETRY_STATUSES or status >= 500
             # a rate limit or a client error says nothing about the endpoint's health
             pool.release(lease, ok=False, strike=retryable and status != 429,
-                         congested=status in (429, 503))
+                         congested=status == 503, rate_limited=status == 429)
             what = "HTTP 429 rate limited" if status == 429 else f"HTTP {status}"
             raise ModelHTTPError(f"model {self.name!r}: {what}: {detail} from {url}",
                                  cause=f"HTTP {status}", retryable=retryable,
                                  retry_after=delay)
         try:
-            text, usage = _answer(response.content)
+            texts, usage = _answer(response.content, n)
         except _Bad as exc:
             pool.release(lease, ok=False)
             raise ModelBadResponse(f"model {self.name!r}: {exc} from {url}", cause=exc.cause,
@@ -287,9 +300,16 @@ class OpenAIChat(ModelClient):
         pool.release(lease, ok=True)
         prompt_tokens, completion_tokens = self._usage(usage, url)
         reused = self._prefixes[lease.index].reused(_prompt_text(messages))
-        return Completion(text, self.name, prompt_tokens, completion_tokens,
-                          loop.time() - start, url, cached_tokens=_cached_tokens(usage),
-                          prefix_tokens=round(prompt_tokens * reused))
+        latency = loop.time() - start
+        first = Completion(texts[0], self.name, prompt_tokens, completion_tokens, latency, url,
+                           cached_tokens=_cached_tokens(usage),
+                           prefix_tokens=round(prompt_tokens * reused))
+        if len(texts) == 1:
+            return [first]
+        share, extra = divmod(completion_tokens, len(texts))
+        first.completion_tokens = share + extra
+        return [first, *(Completion(text, self.name, 0, share, latency, url)
+                         for text in texts[1:])]
 
     def _usage(self, usage: Any, url: str) -> tuple[int, int]:
         """``(prompt_tokens, completion_tokens)`` of a response; a malformed count is 0."""
@@ -331,7 +351,8 @@ class OpenAIModel(Wrapper):
     by additive increase and multiplicative decrease on 429s, 503s and timeouts (see
     :class:`~populace.llm.EndpointPool`). Requests are routed by a hash of their leading
     system messages (:func:`affinity_key`) so each server's prefix cache stays hot, with
-    bounded load. ``timeout`` bounds one
+    bounded load. With ``coalesce``, identical calls made at the same moment go as one
+    request for ``n`` answers (see :class:`~populace.llm.Coalescing`). ``timeout`` bounds one
     attempt (connect to last byte), not the time spent queued. A failed attempt is retried
     up to ``max_retries`` times with exponential backoff and jitter (starting at ``backoff``
     seconds, at most ``max_backoff``); the ``Retry-After`` of a 429 or 503 is honoured up to
@@ -374,6 +395,7 @@ class OpenAIModel(Wrapper):
         retry_deadline: float | None = None,
         transport: Transport | None = None,
         server: str = "auto",
+        coalesce: bool = False,
     ) -> None:
         if isinstance(base_urls, str):
             base_urls = [base_urls]
@@ -395,7 +417,7 @@ class OpenAIModel(Wrapper):
         self.retrying = Retrying(self.chat, max_retries=max_retries, backoff=backoff,
                                  max_backoff=max_backoff, max_retry_after=max_retry_after,
                                  retry_deadline=retry_deadline)
-        super().__init__(Counted(self.retrying))
+        super().__init__(Counted(Coalescing(self.retrying) if coalesce else self.retrying))
         self.model = model
         self.timeout = timeout
 

@@ -22,9 +22,12 @@ grabbed by a later caller). With ``adaptive`` the limit of each endpoint moves b
 ``min_concurrency`` and ``max_concurrency`` (or the capacity a server declares, see
 :meth:`EndpointPool.set_capacity`) by additive increase, multiplicative decrease: it starts
 low and doubles per round trip while the server keeps up (slow start), then grows by one
-per round trip; a congestion signal (HTTP 429 or 503, a timeout) halves it, once per round
-trip. Requests then wait in the client, where waiting is free, instead of in a server's
-queue, where they time out and are sent again. Health: an endpoint failing ``eject_after``
+per round trip; a congestion signal halves it (HTTP 503, a timeout) or cuts a tenth (HTTP
+429: a limit was crossed, just below ours), once per round trip. Requests then wait in the
+client, where waiting is free, instead of in a server's queue, where they time out and are
+sent again.
+
+Health: an endpoint failing ``eject_after``
 times in a row is taken out for ``cooldown`` seconds, then receives one trial request; success
 brings it back, failure sends it out again. The last healthy endpoint is never ejected, so a
 pool always has somewhere to send requests and failures surface as errors, not as waits.
@@ -42,6 +45,10 @@ from typing import Literal
 from populace.core import mix64
 
 EndpointState = Literal["up", "ejected", "probing"]
+
+#: What a 429 leaves of an adaptive limit. A refusal over a limit says the limit is just
+#: below ours: a small cut keeps ~95% of its throughput, where halving would keep ~75%.
+_RATE_LIMITED = 0.9
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,19 +187,22 @@ class EndpointPool:
             raise
 
     def release(self, lease: Lease, *, ok: bool, strike: bool | None = None,
-                count: bool = True, congested: bool = False) -> None:
+                count: bool = True, congested: bool = False,
+                rate_limited: bool = False) -> None:
         """Give ``lease`` back. ``ok``: the request succeeded. ``strike`` (default ``not ok``):
         the failure speaks against the endpoint's health (a 429 or a 400 does not).
         ``count=False`` frees the slot without recording a request outcome. ``congested``:
-        the server said it is overloaded (429, 503, a timeout): an adaptive limit halves.
-        Idempotent."""
+        the server is overloaded (503, a timeout): an adaptive limit halves.
+        ``rate_limited``: the server refused the request over a limit (429): an adaptive
+        limit, just above that limit, shrinks by a tenth. Idempotent."""
         if lease.released:
             return
         lease.released = True
         loop = asyncio.get_running_loop()
         ep = self._endpoints[lease.index]
         if self.adaptive:
-            self._adapt(ep, lease, ok and count, congested)
+            self._adapt(ep, lease, ok and count,
+                        0.5 if congested else _RATE_LIMITED if rate_limited else 1.0)
         ep.in_flight -= 1
         if count:
             ep.latency_sum += loop.time() - lease.started
@@ -219,12 +229,12 @@ class EndpointPool:
         self._dispatch(loop)
 
     # -- internals ---------------------------------------------------------------------------
-    def _adapt(self, ep: _Endpoint, lease: Lease, answered: bool, congested: bool) -> None:
-        """Additive increase, multiplicative decrease of ``ep``'s limit."""
-        if congested:
+    def _adapt(self, ep: _Endpoint, lease: Lease, answered: bool, cut: float) -> None:
+        """Additive increase, multiplicative decrease (by ``cut``) of ``ep``'s limit."""
+        if cut < 1.0:
             # One cut per round trip: the requests sent before the last cut carry old news.
             if lease.started > ep.decreased_at:
-                ep.ssthresh = max(float(self.min_concurrency), ep.limit / 2)
+                ep.ssthresh = max(float(self.min_concurrency), ep.limit * cut)
                 ep.limit = ep.ssthresh
                 ep.decreased_at = asyncio.get_running_loop().time()
         elif answered and ep.limited:  # demand reached the limit: the limit is the bound

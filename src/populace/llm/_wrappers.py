@@ -9,7 +9,11 @@ the same wrappers fit the dummy, scripted or a user's own model.
 from __future__ import annotations
 
 import asyncio
+import copy
+import json
 import random
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from populace.core import ModelError, RecordingMiss
 
@@ -75,12 +79,22 @@ class Retrying(Wrapper):
         return ceiling * (0.5 + 0.5 * self._jitter.random())
 
     async def send(self, request: Request) -> Completion:
+        return (await self._retry(lambda: self.inner.send(request), many=False))[0]
+
+    async def send_choices(self, request: Request, n: int) -> list[Completion]:
+        """``n`` answers from one request of a client that has ``send_choices`` (see
+        :class:`Coalescing`), retried as a whole."""
+        inner: Any = self.inner
+        return await self._retry(lambda: inner.send_choices(request, n), many=True)
+
+    async def _retry(self, attempt_once: Callable[[], Awaitable[Any]], *, many: bool
+                     ) -> list[Completion]:
         loop = asyncio.get_running_loop()
         start = loop.time()
         attempt = 0
         while True:
             try:
-                answer = await self.inner.send(request)
+                got = await attempt_once()
             except ModelError as error:
                 wait = self.delay(attempt, error.retry_after)
                 if self.retry_deadline is not None:
@@ -95,24 +109,113 @@ class Retrying(Wrapper):
                 attempt += 1
                 await asyncio.sleep(wait)
                 continue
-            answer.retries += attempt
-            answer.latency_s = loop.time() - start  # the whole call: every attempt and wait
-            return answer
+            answers: list[Completion] = got if many else [got]
+            answers[0].retries += attempt  # the attempts were made once, for all of them
+            for answer in answers:
+                answer.latency_s = loop.time() - start  # the whole call: every attempt, wait
+            return answers
+
+
+class Coalescing(Wrapper):
+    """Identical calls made at the same moment go as one request for ``n`` answers.
+
+    Calls whose messages and sampling settings (temperature, top_p, max_tokens,
+    response_format) are equal, made in the same turn of the event loop, are sent as one
+    request with ``n`` = their number (at most ``max_n``); the answers go to the callers in
+    the order they called (agents of a broadcast call in id order), and the request takes
+    the first caller's seed. A server prefills the prompt once instead of ``n`` times. It
+    changes which sample each caller gets, not their distribution, and the result is
+    reproducible for the same seed and population. A server that answers fewer than ``n``
+    choices does not support ``n``: the rest of the callers are sent their own requests,
+    and from then on every call is.
+
+    ``inner`` must have ``send_choices(request, n)`` (:class:`Retrying` around
+    :class:`~populace.llm.OpenAIChat` has). Answers shared this way are marked
+    :attr:`~populace.llm.Completion.coalesced`, so :class:`Counted` can tell calls from
+    requests.
+    """
+
+    def __init__(self, inner: ModelClient, *, max_n: int = 128) -> None:
+        if max_n < 1:
+            raise ValueError(f"max_n must be >= 1, got {max_n}")
+        super().__init__(inner)
+        self.max_n = max_n
+        self.supports_n = True
+        self._groups: dict[str, list[tuple[Request, asyncio.Future[Completion]]]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def send(self, request: Request) -> Completion:
+        if not self.supports_n:
+            return await self.inner.send(request)
+        loop = asyncio.get_running_loop()
+        _, temperature, top_p, _, max_tokens, response_format = request
+        key = json.dumps([request.messages, temperature, top_p, max_tokens,
+                          response_format], sort_keys=True, default=str)
+        if not self._groups:
+            loop.call_soon(self._flush)
+        future: asyncio.Future[Completion] = loop.create_future()
+        self._groups.setdefault(key, []).append((request, future))
+        return await future
+
+    def _flush(self) -> None:
+        groups, self._groups = self._groups, {}
+        for members in groups.values():
+            for at in range(0, len(members), self.max_n):
+                task = asyncio.ensure_future(self._send(members[at:at + self.max_n]))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, members: list[tuple[Request, asyncio.Future[Completion]]]) -> None:
+        inner: Any = self.inner
+        try:
+            if len(members) == 1 or not self.supports_n:
+                answers = [await self.inner.send(members[0][0])]
+            else:
+                answers = await inner.send_choices(members[0][0], len(members))
+                if len(answers) < len(members):
+                    self.supports_n = False  # the server ignores n
+        except Exception as error:
+            for k, (_, future) in enumerate(members):
+                if not future.done():
+                    if k and isinstance(error, ModelError):  # one request: one count of it
+                        error = copy.copy(error)
+                        error.attempts = 1
+                    future.set_exception(error)
+            return
+        for k, answer in enumerate(answers):
+            answer.coalesced = k > 0
+            if not members[k][1].done():
+                members[k][1].set_result(answer)
+        for request, future in members[len(answers):]:  # the server ignored n
+            task = asyncio.ensure_future(self._one(request, future))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _one(self, request: Request, future: asyncio.Future[Completion]) -> None:
+        try:
+            answer = await self.inner.send(request)
+        except Exception as error:
+            if not future.done():
+                future.set_exception(error)
+            return
+        if not future.done():
+            future.set_result(answer)
 
 
 class Counted(Wrapper):
     """Counts calls, failures, calls in flight, retries and tokens (prompt, completion,
     cached, prefix): :meth:`statistics`.
 
-    ``retries`` are attempts beyond the first, of answered and failed calls alike, so
-    ``requests + retries`` is what the server saw.
+    ``retries`` are attempts beyond the first, of answered and failed calls alike, and
+    ``coalesced`` the calls answered by another call's request, so
+    ``requests + retries - coalesced`` is what the server saw.
     """
 
     def __init__(self, inner: ModelClient) -> None:
         super().__init__(inner)
         self._requests = self._failures = self._in_flight = self._retries = 0
         self._prompt_tokens = self._completion_tokens = 0
-        self._cached_tokens = self._prefix_tokens = 0
+        self._cached_tokens = self._prefix_tokens = self._coalesced = 0
 
     async def send(self, request: Request) -> Completion:
         self._requests += 1
@@ -130,13 +233,14 @@ class Counted(Wrapper):
         self._completion_tokens += answer.completion_tokens
         self._cached_tokens += answer.cached_tokens
         self._prefix_tokens += answer.prefix_tokens
+        self._coalesced += answer.coalesced
         return answer
 
     def statistics(self) -> ModelStats:
         return ModelStats(self.name, self._requests, self._failures, self._in_flight,
                           self._prompt_tokens, self._completion_tokens, self._retries,
                           self.inner.endpoint_statistics(), self._cached_tokens,
-                          self._prefix_tokens)
+                          self._prefix_tokens, self._coalesced)
 
 
 class ReplayThenLive(Wrapper):

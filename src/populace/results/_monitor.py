@@ -129,6 +129,7 @@ class EndpointRow:
     failures: int
     in_flight: int
     mean_latency_s: float | None
+    limit: int = 0  # requests it may have in flight, over all workers (adaptive limits move)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +152,8 @@ class LLMView:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     retries: int = 0
+    cached_tokens: int = 0  # prompt tokens servers took from their prefix cache
+    prefix_tokens: int = 0  # prompt tokens repeating a prefix sent to the same endpoint
     requests_per_s: float = 0.0
     answers_per_s: float = 0.0
     latency_s: Latency = Latency()
@@ -565,36 +568,40 @@ class RunMonitor:
                 rss_seen[pid] = rss_bytes(pid)
             llm_in_flight = 0
             for m in model_stats(w.resources):
-                acc = models.setdefault(m.model, [0, 0, 0, 0, 0, 0])
+                acc = models.setdefault(m.model, [0] * 8)
                 for k, v in enumerate((m.requests, m.failures, m.in_flight, m.prompt_tokens,
-                                       m.completion_tokens, m.retries)):
+                                       m.completion_tokens, m.retries, m.cached_tokens,
+                                       m.prefix_tokens)):
                     acc[k] += v
                 llm_in_flight += m.in_flight
                 for e in m.endpoints:
-                    ep = endpoints.setdefault(e.url, [e.url, "up", 0, 0, 0, 0.0])
+                    ep = endpoints.setdefault(e.url, [e.url, "up", 0, 0, 0, 0.0, 0])
                     if e.state != "up":
                         ep[1] = e.state
                     ep[2] += e.requests
                     ep[3] += e.failures
                     ep[4] += e.in_flight
                     ep[5] += e.latency_sum
+                    ep[6] += e.limit
             waiting += w.waiting_on_dependencies
             rss = rss_seen.get(pid) if pid is not None else None
             rows.append(WorkerRow(w.index, pid, node, w.agents, w.in_flight,
                                   w.waiting_on_dependencies, w.calls_done, w.calls_failed,
                                   llm_in_flight,
                                   round(rss / 2**20, 1) if rss is not None else None))
-        total = [sum(v[k] for v in models.values()) for k in range(6)]
+        total = [sum(v[k] for v in models.values()) for k in range(8)]
         self._sample(now, total[0])
         self._workers = tuple(rows[:MAX_WORKER_ROWS])
         self._llm = dataclasses.replace(
             self._llm, requests=total[0], failures=total[1], in_flight=total[2],
             prompt_tokens=total[3], completion_tokens=total[4], retries=total[5],
-            models=tuple(ModelStats(k, v[0], v[1], v[2], v[3], v[4], v[5])
+            cached_tokens=total[6], prefix_tokens=total[7],
+            models=tuple(ModelStats(k, v[0], v[1], v[2], v[3], v[4], v[5],
+                                    cached_tokens=v[6], prefix_tokens=v[7])
                          for k, v in sorted(models.items())[:MAX_ENDPOINTS]),
             endpoints=tuple(
                 EndpointRow(e[0], e[1], e[2], e[3], e[4],
-                            round(e[5] / (e[2] - e[4]), 4) if e[2] > e[4] else None)
+                            round(e[5] / (e[2] - e[4]), 4) if e[2] > e[4] else None, e[6])
                 for e in list(endpoints.values())[:MAX_ENDPOINTS]),
             workers_share_memory=len(rss_seen) == 1 and len(rows) > 1)
         self._waiting = waiting

@@ -335,6 +335,7 @@ function runView(id) {
       kv("requests", num(llm.requests)), kv("requests/s", num(llm.requests_per_s)),
       kv("answers/s", num(llm.answers_per_s)), kv("in flight", num(llm.in_flight)),
       kv("tokens in", num(llm.prompt_tokens)), kv("tokens out", num(llm.completion_tokens)),
+      kv("tokens cached", num(llm.cached_tokens)), kv("prefix reused", num(llm.prefix_tokens)),
       kv("retries", num(llm.retries)), kv("failed requests", num(llm.failures)),
       kv("latency p50", secs(lat.p50)), kv("latency p90", secs(lat.p90)), kv("latency p99", secs(lat.p99)))];
     if ((llm.errors || []).length) {
@@ -349,11 +350,11 @@ function runView(id) {
     }
     if ((llm.endpoints || []).length) {
       parts.push(h("div", { class: "msg-label" }, "per endpoint"),
-        table(["endpoint", "state", "requests", "failed", "in flight", "mean latency"], llm.endpoints.map((e) => ({
-          cells: [e.url, e.state, num(e.requests), num(e.failures), num(e.in_flight), secs(e.mean_latency_s)] })),
-        { numeric: [2, 3, 4, 5] }));
+        table(["endpoint", "state", "requests", "failed", "in flight", "limit", "mean latency"], llm.endpoints.map((e) => ({
+          cells: [e.url, e.state, num(e.requests), num(e.failures), num(e.in_flight), num(e.limit), secs(e.mean_latency_s)] })),
+        { numeric: [2, 3, 4, 5, 6] }));
     }
-    parts.push(h("div", { class: "muted", style: "margin-top:6px" }, "latency: per answer, all of its calls and retries"));
+    parts.push(h("div", { class: "muted", style: "margin-top:6px" }, "latency: per answer, all of its calls and retries · tokens cached: as servers report them · prefix reused: prompt tokens repeating a prefix already sent to the same endpoint · limit: requests an endpoint may have in flight (adaptive)"));
     el.llm.replaceChildren(...parts);
   }
 
