@@ -36,7 +36,12 @@ async def test_the_estimate_is_within_5_percent_of_the_full_run(tmp_path: Path,
         source = tmp_path / "education.yaml"
         source.write_text(yaml.safe_dump(data))
         guess = await estimate(data, source, pilot=40)
-        (tmp_path / ".populace-cache").rename(tmp_path / "pilot-cache")  # none cached
+        # The pilot keeps its backgrounds to itself: a second estimate is the same, and the
+        # full run finds none cached.
+        assert not (tmp_path / ".populace-cache").exists()
+        again = await estimate(data, source, pilot=40)
+        assert again.backgrounds is not None and guess.backgrounds is not None
+        assert (again.calls, again.backgrounds.calls) == (guess.calls, guess.backgrounds.calls)
         summary = await launch(load_run_file(source), RunDirectory.create(tmp_path / "run"))
     steps = [s["llm"]["scripted"] for s in summary["steps"]]
     full = {"calls": sum(s["requests"] for s in steps),

@@ -138,7 +138,9 @@ async def estimate(data: dict[str, Any], source: Path, overrides: dict[str, Any]
     pilot_file: RunFile = parse_run_file(data, source, small)
     with tempfile.TemporaryDirectory(prefix="populace-estimate-") as tmp:
         run_dir = RunDirectory.create(Path(tmp) / "pilot")
-        summary = await launch(pilot_file, run_dir, max_recoveries=0)
+        # Its own cache: a pilot must not find the backgrounds an earlier pilot wrote.
+        summary = await launch(pilot_file, run_dir, max_recoveries=0,
+                               cache=Path(tmp) / "cache")
         latencies = _latencies(run_dir.path)
     if summary.get("status") != "completed":
         raise ConfigError(f"{source}: the pilot run ended {summary.get('status')}: "

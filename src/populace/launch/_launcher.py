@@ -110,13 +110,15 @@ def run_until_signalled(coro: Coroutine[Any, Any, Any]) -> Any:
 async def launch(run_file: RunFile, run_dir: RunDirectory | None = None, *,
                  monitor: RunMonitor | None = None, observers: Sequence[Observer] = (),
                  resume: bool = False, replay: str | Path | None = None,
-                 max_recoveries: int = MAX_RECOVERIES) -> dict[str, Any]:
+                 max_recoveries: int = MAX_RECOVERIES,
+                 cache: Path = Path(".populace-cache")) -> dict[str, Any]:
     """Run ``run_file``'s scenario to the end; returns the summary (also ``summary.json``).
 
     ``resume`` continues ``run_dir`` from its newest checkpoint. A lost worker (or node, or
     environment actor) is recovered up to ``max_recoveries`` times by resuming from the last
     checkpoint; then :class:`~populace.core.WorkerLost` is raised. ``replay`` (an earlier
-    run directory) answers every LLM call from that run's recording.
+    run directory) answers every LLM call from that run's recording. ``cache``: where
+    written backgrounds are kept for the next run.
     """
     if resume and run_dir is None:
         raise ValueError("resume needs the run directory to continue")
@@ -131,16 +133,18 @@ async def launch(run_file: RunFile, run_dir: RunDirectory | None = None, *,
                     observer.run_finished(done)
                 return done
         return await _attempts(run_file, run_dir, monitor, observers, resume, replay_dir,
-                               max_recoveries)
+                               max_recoveries, cache)
 
 
 async def _attempts(run_file: RunFile, run_dir: RunDirectory | None,
                     monitor: RunMonitor | None, observers: Sequence[Observer], resume: bool,
-                    replay_dir: Path | None, max_recoveries: int) -> dict[str, Any]:
+                    replay_dir: Path | None, max_recoveries: int, cache: Path
+                    ) -> dict[str, Any]:
     """The run, then a resume from the last checkpoint after each lost worker."""
     for attempt in range(max_recoveries + 1):
         try:
-            return await _attempt(run_file, run_dir, monitor, observers, resume, replay_dir)
+            return await _attempt(run_file, run_dir, monitor, observers, resume, replay_dir,
+                                  cache)
         except WorkerLost as e:
             if run_dir is None or attempt == max_recoveries:
                 raise
@@ -279,7 +283,8 @@ def _resume_point(run_dir: RunDirectory, summary: dict[str, Any]) -> tuple[int, 
 
 
 async def _population(run_file: RunFile, run_dir: RunDirectory | None,
-                      replay: Path | None, summary: dict[str, Any]) -> pa.Table | None:
+                      replay: Path | None, summary: dict[str, Any], cache: Path
+                      ) -> pa.Table | None:
     """The run's population table (``agent_id`` first), backgrounds written if configured."""
     o = run_file.options
     table = run_file.sample_population()
@@ -302,7 +307,6 @@ async def _population(run_file: RunFile, run_dir: RunDirectory | None,
                               f"{e}") from None
         return table.append_column("background", written)
     client = ModelSet.build({name: o.models[name]})[name]
-    cache = Path(".populace-cache")
     out = (run_dir.path if run_dir is not None else cache) / "backgrounds.parquet"
     try:
         result = await generate_backgrounds(table, client, o.population, cache / "backgrounds",
@@ -436,7 +440,7 @@ async def _step(run: Run, scenario: Scenario, t: int, summary: dict[str, Any],
 
 async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
                    monitor: RunMonitor | None, observers: Sequence[Observer], resume: bool,
-                   replay: Path | None) -> dict[str, Any]:
+                   replay: Path | None, cache: Path) -> dict[str, Any]:
     started = time.perf_counter()
     o = run_file.options
     summary = _summary(run_file)
@@ -463,7 +467,7 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
     stopped = False
     failure: BaseException | None = None
     try:
-        population = await _population(run_file, run_dir, replay, summary)
+        population = await _population(run_file, run_dir, replay, summary, cache)
         if run_dir is not None:
             run_dir.write_config(run_file.resolved())
             if population is not None:
