@@ -78,7 +78,7 @@ class ScriptedServer:
         messages = body["messages"]
         agent, round_no = self._who[body["seed"]]
         # The round prompt: first in the shared-first layout, last in persona-first.
-        shared_first = messages[-1]["content"] == f"Round {round_no}: choose your number."
+        shared_first = messages[-1]["content"] == "It is your turn: choose your number."
         self.prompts[agent, round_no] = messages[0 if shared_first else -1]["content"]
         self.conversations[agent, round_no] = [dict(m) for m in messages]
         try:

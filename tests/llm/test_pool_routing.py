@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from populace.core import ModelError
 from populace.llm import EndpointPool, MockTransport, OpenAIModel, Response
 from populace.llm._openai import PrefixMemory, affinity_key
 
@@ -280,8 +281,28 @@ async def test_timeouts_and_503s_halve_the_limit_and_429s_trim_it() -> None:
                         max_concurrency=64, transport=MockTransport(answer))
     seen = []
     for _ in range(3):
-        with pytest.raises(Exception):
+        with pytest.raises(ModelError):
             await model.complete([{"role": "user", "content": "x"}])
         seen.append(model.statistics().endpoints[0].limit)
     assert seen == [4, 2, 1]  # 8 halved, halved, then 2 × 0.9 (floor 1)
+    await model.aclose()
+
+
+async def test_after_a_timeout_an_endpoint_is_given_twice_as_long() -> None:
+    from populace.llm import TransportError
+
+    fates = iter(["timeout", "timeout", "ok", "timeout", "timeout", "timeout", "ok"])
+
+    def answer(url: str, body: dict[str, Any]) -> Response:
+        if next(fates) == "timeout":
+            raise TransportError("timed out after 10 s", cause="timed out")
+        return Response.json({"choices": [{"message": {"content": "7"}}]})
+
+    transport = MockTransport(answer)
+    model = OpenAIModel("m", model="m", base_urls=URLS[:1], timeout=10, backoff=0,
+                        max_retries=5, transport=transport)
+    for _ in range(2):
+        assert (await model.complete([{"role": "user", "content": "x"}])).text == "7"
+    # the transport's own 10 s, then 20, 40, then capped at 80
+    assert transport.timeouts == [None, 20, 40, 40, 80, 80, 80]
     await model.aclose()

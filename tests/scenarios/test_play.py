@@ -267,14 +267,14 @@ async def test_a_round_without_valid_answers(
         assert conversations[agent, 2] == [
             conversations[agent, 1][0],
             {"role": "assistant", "content": "no idea"},
-            {"role": "user", "content": "Round 2: choose your number."},
+            {"role": "user", "content": "It is your turn: choose your number."},
         ]
 
 
 # -- what participants are told ------------------------------------------------------------------
 def turn(round_no: int) -> dict[str, str]:
     """The user's turn that closes a shared-first conversation."""
-    return {"role": "user", "content": f"Round {round_no}: choose your number."}
+    return {"role": "user", "content": "It is your turn: choose your number."}
 
 
 async def test_prompts_carry_the_rules_and_the_last_winner(

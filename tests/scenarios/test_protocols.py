@@ -159,7 +159,7 @@ async def test_two_call_protocol(tmp_path: Path, recorder: Recorder) -> None:
         # shared first: the rules (no format line) open it, the turn closes it
         assert answer["messages"][0] == {"role": "system", "content": P1_PROMPT.format(n=40)}
         assert answer["messages"][-1] == {"role": "user",
-                                          "content": f"Round {key[1]}: choose your number."}
+                                          "content": "It is your turn: choose your number."}
         assert (answer["temperature"], answer["max_tokens"]) == (0.7, 200)
         assert "response_format" not in answer
         (ask,) = extraction["messages"]
@@ -381,7 +381,7 @@ async def test_round_two_remembers_round_one(
     assert len(answers) == len(recorder.seen) // 2 == 8
     for body in answers:
         agent, r = who[body["seed"]]
-        turn = {"role": "user", "content": f"Round {r}: choose your number."}
+        turn = {"role": "user", "content": "It is your turn: choose your number."}
         if r == 1:
             assert body["messages"] == [rules, turn]
         else:  # the rules, its own round-1 answer, the moderator's result, then its turn

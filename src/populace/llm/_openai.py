@@ -206,7 +206,8 @@ class OpenAIChat(ModelClient):
     def __init__(self, name: str, *, model: str, base_urls: Sequence[str], pool: EndpointPool,
                  transport: Transport, api_key: str | None = None,
                  temperature: float | None = None, top_p: float | None = None,
-                 max_tokens: int | None = None, server: str = "auto") -> None:
+                 max_tokens: int | None = None, server: str = "auto",
+                 timeout: float | None = None) -> None:
         self.name = name
         self.model = model
         self.server = server  # whose spelling of structured decoding (see _spelling)
@@ -222,6 +223,11 @@ class OpenAIChat(ModelClient):
         #: Successful responses whose ``usage`` was malformed (tokens counted as 0).
         self.anomalies = 0
         self._prefixes = [PrefixMemory() for _ in base_urls]
+        #: Per endpoint, the seconds an attempt may take: the transport's own at first,
+        #: doubled after each timeout (up to 8 times): a server that computes longer than
+        #: the timeout is waited for, not abandoned and asked again and again.
+        self._timeouts: list[float | None] = [None] * len(base_urls)
+        self._base_timeout = timeout
 
     def body(self, request: Request) -> dict[str, Any]:
         """The chat completion request body, the client's defaults filled in."""
@@ -266,13 +272,19 @@ class OpenAIChat(ModelClient):
         # Queueing runs in the caller (cheap futures, even for 100,000 waiting agents); only
         # the HTTP exchange gets a Task, because agents are driven without one and aiohttp's
         # timeouts need asyncio.current_task().
-        task = asyncio.create_task(self.transport.post(self._chat_urls[lease.index], payload,
-                                                       self.headers))
+        index = lease.index
+        task = asyncio.create_task(self.transport.post(self._chat_urls[index], payload,
+                                                       self.headers,
+                                                       timeout=self._timeouts[index]))
         url = lease.url
         try:
             response = await task
         except TransportError as exc:
-            pool.release(lease, ok=False, congested=exc.cause == "timed out")
+            timed_out = exc.cause == "timed out"
+            if timed_out and self._base_timeout is not None:
+                now = self._timeouts[index] or self._base_timeout
+                self._timeouts[index] = min(2 * now, 8 * self._base_timeout)
+            pool.release(lease, ok=False, congested=timed_out)
             raise exc.error(f"model {self.name!r}: {exc} from {url}", cause=exc.cause,
                             retryable=exc.retryable) from exc.__cause__
         except BaseException:  # cancelled or abandoned: stop the request too
@@ -353,7 +365,10 @@ class OpenAIModel(Wrapper):
     system messages (:func:`affinity_key`) so each server's prefix cache stays hot, with
     bounded load. With ``coalesce``, identical calls made at the same moment go as one
     request for ``n`` answers (see :class:`~populace.llm.Coalescing`). ``timeout`` bounds one
-    attempt (connect to last byte), not the time spent queued. A failed attempt is retried
+    attempt (connect to last byte), not the time spent queued; after a timeout, an
+    endpoint's attempts get twice as long (up to 8 × ``timeout``), so a server slower than
+    the timeout is waited for instead of being asked again and again. A failed attempt is
+    retried
     up to ``max_retries`` times with exponential backoff and jitter (starting at ``backoff``
     seconds, at most ``max_backoff``); the ``Retry-After`` of a 429 or 503 is honoured up to
     ``max_retry_after`` seconds. Client errors (400, 401, 404...) are not retried.
@@ -413,7 +428,8 @@ class OpenAIModel(Wrapper):
                                          connections=max_concurrency * len(urls))
         self.chat = OpenAIChat(name, model=model, base_urls=urls, pool=pool,
                                transport=transport, api_key=api_key, temperature=temperature,
-                               top_p=top_p, max_tokens=max_tokens, server=server)
+                               top_p=top_p, max_tokens=max_tokens, server=server,
+                               timeout=timeout)
         self.retrying = Retrying(self.chat, max_retries=max_retries, backoff=backoff,
                                  max_backoff=max_backoff, max_retry_after=max_retry_after,
                                  retry_deadline=retry_deadline)

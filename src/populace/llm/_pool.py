@@ -23,7 +23,8 @@ grabbed by a later caller). With ``adaptive`` the limit of each endpoint moves b
 :meth:`EndpointPool.set_capacity`) by additive increase, multiplicative decrease: it starts
 low and doubles per round trip while the server keeps up (slow start), then grows by one
 per round trip; a congestion signal halves it (HTTP 503, a timeout) or cuts a tenth (HTTP
-429: a limit was crossed, just below ours), once per round trip. Requests then wait in the
+429: a limit was crossed, just below ours; later refusals of the same round trip bring it
+down to the requests the server holds), once per round trip. Requests then wait in the
 client, where waiting is free, instead of in a server's queue, where they time out and are
 sent again.
 
@@ -46,8 +47,9 @@ from populace.core import mix64
 
 EndpointState = Literal["up", "ejected", "probing"]
 
-#: What a 429 leaves of an adaptive limit. A refusal over a limit says the limit is just
-#: below ours: a small cut keeps ~95% of its throughput, where halving would keep ~75%.
+#: What a 429 leaves of an adaptive limit (at most: see ``EndpointPool._adapt``). A refusal
+#: over a limit says the limit is just below ours: a small cut keeps ~95% of its
+#: throughput, where halving would keep ~75%.
 _RATE_LIMITED = 0.9
 
 
@@ -82,9 +84,9 @@ class Lease:
 
 
 class _Endpoint:
-    __slots__ = ("ceiling", "decreased_at", "ejections", "failures", "in_flight", "latency_sum",
-                 "limit", "limited", "requests", "retry_at", "salt", "ssthresh", "state",
-                 "strikes", "url")
+    __slots__ = ("ceiling", "cut_from", "decreased_at", "ejections", "failures", "in_flight",
+                 "latency_sum", "limit", "limited", "requests", "retry_at", "salt", "ssthresh",
+                 "state", "strikes", "url")
 
     def __init__(self, url: str, index: int, limit: float, ceiling: int) -> None:
         self.url = url
@@ -94,6 +96,7 @@ class _Endpoint:
         self.ssthresh = float(ceiling)  # below it the limit grows by slow start
         self.decreased_at = -math.inf  # when congestion last cut the limit
         self.limited = False  # its limit was used up since it was last idle
+        self.cut_from = float(limit)  # the limit before the last cut
         self.state: EndpointState = "up"
         self.requests = 0
         self.failures = 0
@@ -231,10 +234,23 @@ class EndpointPool:
     # -- internals ---------------------------------------------------------------------------
     def _adapt(self, ep: _Endpoint, lease: Lease, answered: bool, cut: float) -> None:
         """Additive increase, multiplicative decrease (by ``cut``) of ``ep``'s limit."""
-        if cut < 1.0:
+        floor = float(self.min_concurrency)
+        if cut == _RATE_LIMITED:
+            # Refused over a limit: the requests still out were taken (or are being refused
+            # too, and come back at once), so the limit follows them down to what the server
+            # holds, but within one round trip never below half of where it was.
+            held = ep.in_flight - 1
+            if lease.started > ep.decreased_at:
+                ep.cut_from = ep.limit
+                ep.limit = max(floor, ep.limit / 2, min(ep.limit * cut, held))
+                ep.decreased_at = asyncio.get_running_loop().time()
+            else:
+                ep.limit = max(floor, ep.cut_from / 2, min(ep.limit, held))
+            ep.ssthresh = ep.limit
+        elif cut < 1.0:
             # One cut per round trip: the requests sent before the last cut carry old news.
             if lease.started > ep.decreased_at:
-                ep.ssthresh = max(float(self.min_concurrency), ep.limit * cut)
+                ep.ssthresh = max(floor, ep.limit * cut)
                 ep.limit = ep.ssthresh
                 ep.decreased_at = asyncio.get_running_loop().time()
         elif answered and ep.limited:  # demand reached the limit: the limit is the bound

@@ -50,8 +50,10 @@ class TransportError(Exception):
 
 
 class Transport(Protocol):
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Response:
-        """POST ``body``; raises :class:`TransportError` when no response came back."""
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str], *,
+                   timeout: float | None = None) -> Response:
+        """POST ``body`` (within ``timeout`` seconds, when given, instead of the
+        transport's own); raises :class:`TransportError` when no response came back."""
         ...
 
     async def aclose(self) -> None: ...
@@ -86,10 +88,11 @@ class AiohttpTransport:
         self._loop = loop
         return self._session
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Response:
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str], *,
+                   timeout: float | None = None) -> Response:
         session = self._open()
         try:
-            return await self._exchange(session, url, body, headers)
+            return await self._exchange(session, url, body, headers, timeout or self.timeout)
         except TransportError:
             if session.closed:  # closed under the call (the run ended): nothing to retry
                 raise TransportError("client closed during the call", cause="closed",
@@ -97,12 +100,17 @@ class AiohttpTransport:
             raise
 
     async def _exchange(self, session: aiohttp.ClientSession, url: str, body: bytes,
-                        headers: Mapping[str, str]) -> Response:
+                        headers: Mapping[str, str], timeout: float) -> Response:
         try:
-            async with session.post(url, data=body, headers=headers) as resp:
+            if timeout == self.timeout:  # the session's (timeout=None would mean none at all)
+                request = session.post(url, data=body, headers=headers)
+            else:
+                request = session.post(url, data=body, headers=headers,
+                                       timeout=aiohttp.ClientTimeout(total=timeout))
+            async with request as resp:
                 return Response(resp.status, await resp.read(), resp.headers)
         except TimeoutError as exc:  # aiohttp's own timeouts derive from it too
-            raise TransportError(f"timed out after {self.timeout} s", cause="timed out",
+            raise TransportError(f"timed out after {timeout:g} s", cause="timed out",
                                  error=ModelTimeout) from exc
         except aiohttp.ClientConnectorError as exc:
             raise TransportError(f"cannot connect ({exc.os_error.strerror or exc})",
@@ -140,10 +148,14 @@ class MockTransport:
         self.handler = handler
         #: ``(url, body, headers)`` of every request, in order.
         self.requests: list[tuple[str, Any, Mapping[str, str]]] = []
+        #: the ``timeout`` each request was given (None: the transport's own)
+        self.timeouts: list[float | None] = []
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Response:
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str], *,
+                   timeout: float | None = None) -> Response:
         data = json.loads(body)
         self.requests.append((url, data, dict(headers)))
+        self.timeouts.append(timeout)
         answer = self.handler(url, data)
         if inspect.isawaitable(answer):
             answer = await answer

@@ -87,7 +87,7 @@ class Participant(Agent):
         default: the bounded memory must not cut what the conversation should include."""
         return max(Agent.memory_size, 2 * self.rules.memory_rounds)
 
-    def conversation(self, prompt: str, round_no: int = 1) -> list[ChatMessage]:
+    def conversation(self, prompt: str) -> list[ChatMessage]:
         """The round prompt, the persona and earlier rounds from memory (own answers, the
         moderator's results), in the run's layout (see ``populace.llm.conversation``)."""
         rules = self.rules
@@ -111,8 +111,7 @@ class Participant(Agent):
         if rules.layout == "persona_first":
             return conversation(prompt, "", persona=about, history=history,
                                 layout="persona_first")
-        return conversation(prompt, TURN.format(round=round_no), persona=about,
-                            history=history)
+        return conversation(prompt, TURN, persona=about, history=history)
 
     async def reply(self, msg: Msg) -> Msg:
         rules = self.rules
@@ -123,7 +122,7 @@ class Participant(Agent):
         # A model that ignores prompts (the dummy) is not handed one to ignore, and nothing
         # is remembered for conversations that will never be built.
         reads = getattr(self.model, "reads_prompt", True)
-        messages = self.conversation(msg.content, meta.get("round", 1)) if reads else ()
+        messages = self.conversation(msg.content) if reads else ()
         max_tokens, response_format = rules.max_tokens, None
         if structured:
             response_format = RESPONSE_SCHEMA

@@ -68,8 +68,9 @@ EXTRACT = (
     "answer does not settle on one number.\n\n---\n{answer}\n---"
 )
 
-#: The user's turn that ends a shared-first conversation (the rules came first).
-TURN = "Round {round}: choose your number."
+#: The user's turn that ends a shared-first conversation (the rules came first). No
+#: digits: a small model that echoes it must not be read as answering a number.
+TURN = "It is your turn: choose your number."
 
 #: The ``response_format`` of the structured protocol (OpenAI / vLLM JSON schema).
 RESPONSE_SCHEMA: dict[str, Any] = {
