@@ -208,7 +208,8 @@ async def test_timeouts_are_retried_then_reported() -> None:
         t0 = time.monotonic()
         try:
             # the second attempt is given twice as long
-            with pytest.raises(ModelError, match=r"timed out after 0\.2 s from .* \(after 2 attempts"):
+            with pytest.raises(ModelError,
+                               match=r"timed out after 0\.2 s from .* \(after 2 attempts"):
                 await model.complete(USER)
         finally:
             await model.aclose()
