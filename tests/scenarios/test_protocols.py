@@ -402,3 +402,25 @@ async def test_cost_is_reported_per_model_and_round_when_prices_are_set(tmp_path
     assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
     expected = (usage["prompt_tokens"] * 2.0 + usage["completion_tokens"] * 10.0) / 1e6
     assert usage["cost"] == pytest.approx(expected, abs=1e-6)
+
+
+async def test_two_call_extracts_only_what_is_not_stated(tmp_path: Path,
+                                                         recorder: Recorder) -> None:
+    # serve-llm's reasoning answers end "The answer is N.": stated plainly, so with
+    # extract: when_stated the second call is never made, and the numbers are the same.
+    async with recorder.serve(ServerOptions(policy="reasoning")) as url:
+        config = make_config({"llm": llm([url])}, agents=20,
+                             game={"protocol": "two_call", "extract": "when_stated"})
+        path = await run_into(tmp_path, config)
+    table = read_table(path)
+    assert set(table.column("calls").to_pylist()) == {1}
+    assert table.column("extract_raw").null_count == 40
+    for (agent, r), row in rows_by_agent_round(table).items():
+        assert (row["number"], row["valid"]) == (expected_number(agent, r), True)
+    assert len(recorder.seen) == 40
+    # an answer that does not state it plainly still gets its extraction call
+    async with recorder.serve(ServerOptions(policy="echo")) as url:
+        config = make_config({"llm": llm([url])}, agents=4, rounds=1,
+                             game={"protocol": "two_call", "extract": "when_stated"})
+        path = await run_into(tmp_path, config, "echo")
+    assert set(read_table(path).column("calls").to_pylist()) == {2}

@@ -55,6 +55,7 @@ class Rules:
     memory_rounds: int = 5
     attributes: tuple[str, ...] = ()  # per-agent prompt fields, from the profile
     layout: Layout = "shared_first"
+    extract: str = "always"  # two_call: always, or when_stated (only if not stated plainly)
 
 
 class Participant(Agent):
@@ -136,7 +137,11 @@ class Participant(Agent):
         ptok, ctok, retries, calls = (answer.prompt_tokens, answer.completion_tokens,
                                       answer.retries, 1)
         extract_raw = None
-        if self.protocol == "two_call":
+        stated = extracted_number(answer.text) \
+            if self.protocol == "two_call" and rules.extract == "when_stated" else None
+        if stated is not None:  # stated plainly: no second call needed to read it
+            number = parse_number(stated, rules.low, rules.high)
+        elif self.protocol == "two_call":
             # The paper's second call: have the model state the number it chose.
             extraction = await self.model.complete(
                 [{"role": "user", "content": EXTRACT.format(answer=answer.text)}],

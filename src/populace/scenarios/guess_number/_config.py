@@ -94,6 +94,10 @@ class GameConfig(StrictModel):
         "constrained: one call of a few tokens that the server holds to a number (a choice "
         "or regex constraint where the server takes one); auto: direct for the dummy model, "
         "two_call otherwise")
+    extract: Literal["always", "when_stated"] = Field(
+        "always", description="two_call's extraction call: always (the paper), or only "
+        "when the answer does not state its number plainly ('The answer is 22', 'Answer: "
+        "22', a lone number), which saves a call per answer that does")
     prompt: str = Field(DEFAULT_PROMPT, description="round prompt template")
     layout: Layout = Field("shared_first", description="shared_first: the round prompt (the "
                            "same for every player) opens the conversation, then the persona "

@@ -251,7 +251,7 @@ class GuessNumber(Scenario):
         attributes = config.agent_fields()
         rules = Rules(config.seed, game.low, game.high, game.temperature, game.max_tokens,
                       {name: config.protocol_for(name) for name in in_use}, game.memory_rounds,
-                      attributes, game.layout)
+                      attributes, game.layout, game.extract)
         profiles = pa.table({"agent_id": ids, "group": self.groups, "model": self.models})
         if people is not None:
             for name in people.column_names:
