@@ -246,7 +246,8 @@ class EndpointPool:
                 ep.decreased_at = asyncio.get_running_loop().time()
             else:
                 ep.limit = max(floor, ep.cut_from / 2, min(ep.limit, held))
-            ep.ssthresh = ep.limit
+            # Back to just under where it was refused at once, then probe one by one.
+            ep.ssthresh = max(ep.limit, ep.cut_from * 0.95)
         elif cut < 1.0:
             # One cut per round trip: the requests sent before the last cut carry old news.
             if lease.started > ep.decreased_at:
