@@ -384,11 +384,13 @@ def education(agents: int, seed: int, protocol: str) -> dict[str, Any]:
     }
 
 
-def identical(agents: int, seed: int, protocol: str, **extra: Any) -> dict[str, Any]:
+def identical(agents: int, seed: int, protocol: str, extract: str = "always",
+              **extra: Any) -> dict[str, Any]:
     """No population: every agent is sent the same prompt."""
     return {"seed": seed, "agents": agents, "rounds": 1, "workers": 2, "model": "eng",
             "models": {"eng": model(**extra)},
-            "game": {"ratio": "2/3", "level": "P1", "protocol": protocol}}
+            "game": {"ratio": "2/3", "level": "P1", "protocol": protocol,
+                     "extract": extract}}
 
 
 # -- scenarios -------------------------------------------------------------------------------
@@ -423,10 +425,14 @@ def scenario_2(a: argparse.Namespace, tmp: Path) -> tuple[list[Row], list[dict[s
     with servers(SERVERS, eng, tmp) as srv:
         structured, _ = run_populace(sc, "populace structured coalesce", identical(
             a.agents, a.seed, "structured", coalesce=True), srv, a.time_scale, tmp)
+    with servers(SERVERS, eng, tmp) as srv:
+        stated, _ = run_populace(sc, "populace two_call coalesce when_stated", identical(
+            a.agents, a.seed, "two_call", "when_stated", coalesce=True), srv, a.time_scale,
+            tmp)
     targets = [_target(f"2 {r.client}: naive prefill computed / populace's", ">= 50",
                        naive.prefill_computed / max(1, r.prefill_computed), 50.0)
-               for r in (two, structured)]
-    return [naive, two, structured], targets
+               for r in (two, structured, stated)]
+    return [naive, two, structured, stated], targets
 
 
 def scenario_3(a: argparse.Namespace, tmp: Path) -> tuple[list[Row], list[dict[str, Any]]]:
