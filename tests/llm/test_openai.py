@@ -469,3 +469,27 @@ async def test_a_failed_call_says_its_kind_by_type_and_cause() -> None:
     assert unreachable.value.cause == "cannot connect"
     assert isinstance(unreachable.value, ModelError)
     assert error_kind(ValueError("HTTP 500 in a message")) == "ValueError"  # no regex
+
+
+async def test_a_slow_answer_of_a_computing_server_is_waited_for_not_sent_again() -> None:
+    # serve-llm shows what it computes in /stats (injected hangs excluded): a request that
+    # takes longer than the timeout is waited for while the server works on it.
+    async with running_server(ServerOptions(latency=0.5)) as base:
+        model = OpenAIModel("m", model="dummy", base_urls=[base], timeout=0.2, max_retries=0,
+                            server="populace")
+        try:
+            answers = await asyncio.gather(*(model.complete(USER, seed=s) for s in range(3)))
+        finally:
+            await model.aclose()
+        stats = await stats_of(base)
+    assert all(a.retries == 0 for a in answers)
+    assert stats["requests"] == 3 and model.chat.waited >= 3
+    # a hung request (an injected timeout: not computed) is still given up
+    async with running_server(ServerOptions(rate_timeout=1.0)) as base:
+        model = OpenAIModel("m", model="dummy", base_urls=[base], timeout=0.1, max_retries=0,
+                            server="populace")
+        try:
+            with pytest.raises(ModelError, match="the server idle"):
+                await model.complete(USER)
+        finally:
+            await model.aclose()

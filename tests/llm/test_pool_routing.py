@@ -306,3 +306,53 @@ async def test_after_a_timeout_an_endpoint_is_given_twice_as_long() -> None:
     # the transport's own 10 s, then 20, 40, then capped at 80
     assert transport.timeouts == [None, 20, 40, 40, 80, 80, 80]
     await model.aclose()
+
+
+# -- a slow answer from a server that is computing it is waited for --------------------------
+def slow_server(busy: Any, seconds: float = 0.35) -> MockTransport:
+    """Answers after ``seconds``; a GET (the client's look at the server) gets ``busy``."""
+    async def answer(url: str, body: dict[str, Any] | None) -> Response:
+        if body is None:
+            return busy if isinstance(busy, Response) else Response.json(busy)
+        await asyncio.sleep(seconds)
+        return Response.json({"choices": [{"message": {"content": "7"}}]})
+
+    return MockTransport(answer)
+
+
+@pytest.mark.parametrize(("server", "busy"), [
+    ("populace", {"computing": 2}),
+    ("llamacpp", [{"id": 0, "is_processing": False}, {"id": 1, "is_processing": True}]),
+    ("vllm", Response(200, b'# HELP x\nvllm:num_requests_running{model_name="m"} 3.0\n'
+                      b'vllm:num_requests_waiting{model_name="m"} 0.0\n')),
+])
+async def test_a_request_the_server_is_computing_is_not_abandoned(server: str,
+                                                                  busy: Any) -> None:
+    transport = slow_server(busy)
+    model = OpenAIModel("m", model="m", base_urls=URLS[:1], timeout=0.1, max_retries=0,
+                        server=server, transport=transport)
+    answer = await model.complete([{"role": "user", "content": "x"}])
+    assert answer.text == "7" and answer.retries == 0
+    assert len(transport.requests) == 1  # sent once, never again
+    assert model.chat.waited >= 2
+    await model.aclose()
+
+
+async def test_a_server_that_queues_gets_fewer_requests() -> None:
+    metrics = Response(200, b'vllm:num_requests_running{model_name="m"} 256.0\n'
+                            b'vllm:num_requests_waiting{model_name="m"} 40.0\n')
+    model = OpenAIModel("m", model="m", base_urls=URLS[:1], timeout=0.1, max_retries=0,
+                        server="vllm", transport=slow_server(metrics, seconds=0.25))
+    await model.complete([{"role": "user", "content": "x"}])
+    assert model.statistics().endpoints[0].limit == 4  # 8 halved, once per round trip
+    await model.aclose()
+
+
+@pytest.mark.parametrize("busy", [{"computing": 0}, Response(404, b"")])
+async def test_a_request_an_idle_server_holds_is_given_up(busy: Any) -> None:
+    transport = slow_server(busy, seconds=30)
+    model = OpenAIModel("m", model="m", base_urls=URLS[:1], timeout=0.1, max_retries=0,
+                        server="populace", transport=transport)
+    with pytest.raises(ModelError, match=r"timed out after 0\.1 s, the server idle"):
+        await model.complete([{"role": "user", "content": "x"}])
+    await model.aclose()

@@ -24,16 +24,19 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from populace.core import ModelBadResponse, ModelHTTPError
+from populace.core import ModelBadResponse, ModelHTTPError, ModelTimeout
 
 from ._base import Completion, ModelClient, Request
-from ._pool import EndpointPool, EndpointStats
+from ._pool import EndpointPool, EndpointStats, Lease
 from ._replies import text_of
 from ._spelling import constrain
-from ._transport import AiohttpTransport, Transport, TransportError
+from ._transport import AiohttpTransport, Response, Transport, TransportError
 from ._wrappers import Coalescing, Counted, Retrying, Wrapper
 
 log = logging.getLogger("populace.llm.openai")
+
+#: Servers that show whether they are computing (see OpenAIChat._computing).
+_PROBED = frozenset({"llamacpp", "vllm", "populace"})
 
 # Statuses worth another try: the server is busy, restarting, or briefly unwell.
 _RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
@@ -228,6 +231,8 @@ class OpenAIChat(ModelClient):
         #: the timeout is waited for, not abandoned and asked again and again.
         self._timeouts: list[float | None] = [None] * len(base_urls)
         self._base_timeout = timeout
+        #: Timeouts ridden out because the server showed it was still computing.
+        self.waited = 0
 
     def body(self, request: Request) -> dict[str, Any]:
         """The chat completion request body, the client's defaults filled in."""
@@ -273,12 +278,19 @@ class OpenAIChat(ModelClient):
         # the HTTP exchange gets a Task, because agents are driven without one and aiohttp's
         # timeouts need asyncio.current_task().
         index = lease.index
+        soft = self._timeouts[index]
+        probe = self.server in _PROBED and self._base_timeout is not None
+        # A server that shows what it computes is given up to 8 timeouts while it does
+        # (see _await); the transport enforces only that outer bound.
+        hard = 8 * self._base_timeout if probe and self._base_timeout else soft
         task = asyncio.create_task(self.transport.post(self._chat_urls[index], payload,
-                                                       self.headers,
-                                                       timeout=self._timeouts[index]))
+                                                       self.headers, timeout=hard))
         url = lease.url
         try:
-            response = await task
+            if probe:
+                response = await self._await(task, lease, soft or self._base_timeout or 0.0)
+            else:
+                response = await task
         except TransportError as exc:
             timed_out = exc.cause == "timed out"
             if timed_out and self._base_timeout is not None:
@@ -322,6 +334,53 @@ class OpenAIChat(ModelClient):
         first.completion_tokens = share + extra
         return [first, *(Completion(text, self.name, 0, share, latency, url)
                          for text in texts[1:])]
+
+    async def _await(self, task: asyncio.Task[Response], lease: Lease, timeout: float
+                     ) -> Response:
+        """The response of ``task``, waiting ``timeout`` seconds at a time for as long as
+        the server shows it is computing: a request it is working on is not abandoned only
+        to be sent again behind it."""
+        while True:
+            done, _ = await asyncio.wait((task,), timeout=timeout)
+            if done:
+                return task.result()
+            computing, queued = await self._computing(lease.index)
+            if not computing:
+                task.cancel()
+                raise TransportError(f"timed out after {timeout:g} s, the server idle",
+                                     cause="timed out", error=ModelTimeout)
+            if queued:  # requests wait in the server: fewer of ours should be there
+                self.pool.congest(lease)
+            self.waited += 1
+
+    async def _computing(self, index: int) -> tuple[bool, bool]:
+        """Whether the server behind endpoint ``index`` is computing requests now, and
+        whether requests wait in its queue, as it shows them: llama.cpp's ``/slots``,
+        vLLM's ``/metrics``, serve-llm's ``/stats``."""
+        root = self.pool.urls[index].removesuffix("/v1")
+        path = {"llamacpp": "/slots", "vllm": "/metrics", "populace": "/stats"}[self.server]
+        try:
+            answer = await self.transport.get(root + path, self.headers, timeout=5.0)
+        except TransportError:
+            return False, False
+        if answer.status != 200:
+            return False, False
+        try:
+            if self.server == "vllm":
+                gauges: dict[str, float] = {}
+                for line in answer.content.decode().splitlines():
+                    name = line.split("{", 1)[0].split(" ", 1)[0]
+                    if name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
+                        gauges[name] = gauges.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+                return (gauges.get("vllm:num_requests_running", 0.0) > 0,
+                        gauges.get("vllm:num_requests_waiting", 0.0) > 0)
+            data = json.loads(answer.content)
+            if self.server == "llamacpp":
+                return any(slot.get("is_processing") for slot in data), False
+            engine = data.get("engine") or {}
+            return bool(data.get("computing")), bool(engine.get("waiting"))
+        except (ValueError, TypeError, AttributeError, IndexError):
+            return False, False
 
     def _usage(self, usage: Any, url: str) -> tuple[int, int]:
         """``(prompt_tokens, completion_tokens)`` of a response; a malformed count is 0."""

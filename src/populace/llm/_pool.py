@@ -231,6 +231,12 @@ class EndpointPool:
                 self._eject(ep, loop, force=False)
         self._dispatch(loop)
 
+    def congest(self, lease: Lease) -> None:
+        """The server of ``lease`` (still held) queues requests: an adaptive limit halves,
+        once per round trip."""
+        if self.adaptive:
+            self._adapt(self._endpoints[lease.index], lease, False, 0.5)
+
     # -- internals ---------------------------------------------------------------------------
     def _adapt(self, ep: _Endpoint, lease: Lease, answered: bool, cut: float) -> None:
         """Additive increase, multiplicative decrease (by ``cut``) of ``ep``'s limit."""

@@ -174,13 +174,14 @@ def _within(seconds: Any, most: float) -> bool:
 class _State:
     """Counters behind ``GET /stats``."""
 
-    __slots__ = ("batch_requests", "first", "in_flight", "injected", "models", "requests",
-                 "status")
+    __slots__ = ("batch_requests", "first", "hung", "in_flight", "injected", "models",
+                 "requests", "status")
 
     def __init__(self) -> None:
         self.requests = 0  # completion requests received; also the index of the next one
         self.batch_requests = 0  # of those, the ones answered inside batches
         self.in_flight = 0
+        self.hung = 0  # of those, held by an injected timeout: not being computed
         self.status: Counter[str] = Counter()
         self.injected: Counter[str] = Counter()
         self.models: Counter[str] = Counter()
@@ -188,7 +189,8 @@ class _State:
 
     def as_json(self) -> dict[str, Any]:
         return {"requests": self.requests, "batch_requests": self.batch_requests,
-                "in_flight": self.in_flight, "status": dict(self.status),
+                "in_flight": self.in_flight, "computing": self.in_flight - self.hung,
+                "status": dict(self.status),
                 "injected": dict(self.injected), "models": dict(self.models)}
 
 
@@ -441,7 +443,11 @@ async def _complete(request: web.Request, messages: list[dict[str, Any]], body: 
             state.injected[fate] += 1
             status, message, kind = _INJECTED[fate]
             if fate == "timeout":
-                await asyncio.sleep(options.timeout_sleep)
+                state.hung += 1
+                try:
+                    await asyncio.sleep(options.timeout_sleep)
+                finally:
+                    state.hung -= 1
             headers = {"Retry-After": _seconds(options.retry_after)} if fate == "429" else None
             return _error(state, status, message, kind, headers=headers)
         lat = options.latency

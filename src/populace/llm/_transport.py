@@ -56,6 +56,11 @@ class Transport(Protocol):
         transport's own); raises :class:`TransportError` when no response came back."""
         ...
 
+    async def get(self, url: str, headers: Mapping[str, str], *,
+                  timeout: float | None = None) -> Response:
+        """GET ``url``; raises :class:`TransportError` when no response came back."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -99,14 +104,19 @@ class AiohttpTransport:
                                      retryable=False) from None
             raise
 
-    async def _exchange(self, session: aiohttp.ClientSession, url: str, body: bytes,
+    async def get(self, url: str, headers: Mapping[str, str], *,
+                  timeout: float | None = None) -> Response:
+        return await self._exchange(self._open(), url, None, headers, timeout or self.timeout)
+
+    async def _exchange(self, session: aiohttp.ClientSession, url: str, body: bytes | None,
                         headers: Mapping[str, str], timeout: float) -> Response:
+        method = "GET" if body is None else "POST"
         try:
             if timeout == self.timeout:  # the session's (timeout=None would mean none at all)
-                request = session.post(url, data=body, headers=headers)
+                request = session.request(method, url, data=body, headers=headers)
             else:
-                request = session.post(url, data=body, headers=headers,
-                                       timeout=aiohttp.ClientTimeout(total=timeout))
+                request = session.request(method, url, data=body, headers=headers,
+                                          timeout=aiohttp.ClientTimeout(total=timeout))
             async with request as resp:
                 return Response(resp.status, await resp.read(), resp.headers)
         except TimeoutError as exc:  # aiohttp's own timeouts derive from it too
@@ -135,8 +145,9 @@ Handler = Callable[[str, Any], "Response | Awaitable[Response]"]
 
 
 class MockTransport:
-    """Answers each request with ``handler(url, body)`` (``body`` decoded from JSON; the
-    handler may be async, and may raise :class:`TransportError` to play a dead server).
+    """Answers each request with ``handler(url, body)`` (``body`` decoded from JSON, None
+    for a GET; the handler may be async, and may raise :class:`TransportError` to play a
+    dead server).
 
     >>> def handler(url, body):
     ...     return Response.json({"choices": [{"message": {"content": "42"}}]})
@@ -156,6 +167,14 @@ class MockTransport:
         data = json.loads(body)
         self.requests.append((url, data, dict(headers)))
         self.timeouts.append(timeout)
+        return await self._answer(url, data)
+
+    async def get(self, url: str, headers: Mapping[str, str], *,
+                  timeout: float | None = None) -> Response:
+        """Answered by ``handler(url, None)``."""
+        return await self._answer(url, None)
+
+    async def _answer(self, url: str, data: Any) -> Response:
         answer = self.handler(url, data)
         if inspect.isawaitable(answer):
             answer = await answer
