@@ -167,3 +167,19 @@ def test_a_scenario_that_cannot_be_found_is_one_line(tmp_path: Path, ref: str,
     path.write_text(yaml.safe_dump({"scenario": ref.format(votes=votes)}))
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         load_run_file(path)
+
+
+def test_the_console_says_what_each_served_model_cost_and_what_caches_gave_back() -> None:
+    from populace.launch._console import traffic_lines
+
+    step = {"llm": {"qwen": {"requests": 100, "sent": 60, "prompt_tokens": 1000,
+                             "cached_tokens": 250, "prefix_tokens": 300},
+                    "mine": {"requests": 10, "sent": 10, "prompt_tokens": 0}}}
+    lines = traffic_lines({"steps": [step, step]})
+    assert lines == ["qwen: 200 calls, 120 requests sent, 2,000 prompt tokens, 25% from the "
+                     "servers' prefix caches"]
+    # a server that does not say: the client's estimate
+    del step["llm"]["qwen"]["cached_tokens"]
+    assert traffic_lines({"steps": [step]}) == [
+        "qwen: 100 calls, 60 requests sent, 1,000 prompt tokens, 30% repeating a prefix "
+        "already sent"]

@@ -86,6 +86,8 @@ class ConsoleObserver:
             self.console.print(f"already complete: {done:,} of {done:,} steps; nothing to "
                                "run, nothing changed", soft_wrap=True)
             return
+        for line in traffic_lines(summary):
+            self.console.print(line, soft_wrap=True, highlight=False)
         self.warned = warned_steps(summary)
         if self.warned:
             done = len(summary.get("steps") or ())
@@ -109,3 +111,28 @@ class ConsoleObserver:
             table.add_row(str(e["step"]), *(escape(_cell(e.get(k))) for k in names),
                           f"{e['wall_s']:.2f}")
         return table
+
+
+def traffic_lines(summary: dict[str, Any]) -> list[str]:
+    """One line per model that went to a server: its calls, requests sent, and the prompt
+    tokens the servers' prefix caches gave back (or the client estimated they could)."""
+    totals: dict[str, dict[str, int]] = {}
+    for entry in summary.get("steps") or ():
+        for model, counts in (entry.get("llm") or {}).items():
+            acc = totals.setdefault(model, {})
+            for key, value in counts.items():
+                if isinstance(value, int):
+                    acc[key] = acc.get(key, 0) + value
+    lines = []
+    for model, t in totals.items():
+        prompt = t.get("prompt_tokens", 0)
+        if not prompt:  # the dummy and scripted models: nothing was sent
+            continue
+        line = (f"{model}: {t.get('requests', 0):,} calls, {t.get('sent', 0):,} requests "
+                f"sent, {prompt:,} prompt tokens")
+        if t.get("cached_tokens"):
+            line += f", {t['cached_tokens'] / prompt:.0%} from the servers' prefix caches"
+        elif t.get("prefix_tokens"):
+            line += f", {t['prefix_tokens'] / prompt:.0%} repeating a prefix already sent"
+        lines.append(line)
+    return lines
