@@ -324,12 +324,14 @@ def studio(
         server = StudioServer(Runs(runs), host=host, port=port, token=token)
     except OSError as e:
         raise _Fail(f"studio: cannot listen on {host}:{port}: {e.strerror}", 1) from None
-    out.print(f"studio at [bold]{server.url}[/bold] (runs in {runs}; Ctrl-C stops)",
-              soft_wrap=True)
     # The web server takes SIGINT while it serves and hands it on when it has stopped: to
     # this handler, not asyncio's (which would let the stop pass as a clean exit, status 0).
+    # Both are in place before the address is printed: whoever reads it may signal at once.
     before = signal.signal(signal.SIGINT, _interrupt)
+    before_term = signal.signal(signal.SIGTERM, _terminate)
     try:
+        out.print(f"studio at [bold]{server.url}[/bold] (runs in {runs}; Ctrl-C stops)",
+                  soft_wrap=True)
         server.serve()
     except (KeyboardInterrupt, Terminated) as e:  # its runs are stopped and saved by now
         out.print("studio stopped")
@@ -337,11 +339,16 @@ def studio(
                          ) from None
     finally:
         signal.signal(signal.SIGINT, before)
+        signal.signal(signal.SIGTERM, before_term)
     out.print("studio stopped")
 
 
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated()
 
 
 @app.command()
