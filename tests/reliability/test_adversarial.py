@@ -419,7 +419,9 @@ def test_social_with_only_unparseable_answers_is_not_a_quiet_success(
 def test_game_with_no_valid_answer_is_not_a_quiet_success(tmp_path: Path, llm_server: Any
                                                           ) -> None:
     url = llm_server(policy="echo")
-    data = {**GAME, "models": {"llm": openai(url)}}
+    # the paper's two calls: the echo answers no number (a constrained call would be held
+    # to one)
+    data = {**GAME, "models": {"llm": openai(url)}, "game": {"protocol": "two_call"}}
     status, _, err = populace("run", write(tmp_path / "run.yaml", data), "--out",
                               tmp_path / "out", timeout=60)
     assert status != 0 or lines(err), "exit 0 and silence with 0 valid answers of 100"

@@ -38,6 +38,7 @@ def run_data(base_url: str) -> dict[str, Any]:
             # the last calls of a round wait long after the server is back.
             "max_retries": 40, "max_backoff": 1.0, "max_concurrency": 512, "timeout": 10,
         }},
+        "game": {"protocol": "two_call"},
     }
 
 
@@ -168,7 +169,7 @@ def test_serve_llm_refuses_a_bad_outage(monkeypatch: pytest.MonkeyPatch,
 
 async def _half_failing_run(run_dir: Path) -> int:
     data = run_data("")
-    data.update(rounds=2, game={"on_model_error": "continue"})
+    data.update(rounds=2, game={"on_model_error": "continue", "protocol": "two_call"})
     async with running_server(ServerOptions(policy="reasoning", seed=4, rate_500=0.3)) as url:
         data["models"]["llm"].update(base_urls=[url], max_retries=1, max_backoff=0.0)
         await play(RunConfig.model_validate(data), RunDirectory.create(run_dir))
@@ -199,7 +200,7 @@ def test_a_replay_restores_each_rows_retries(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     asyncio.run(_half_failing_run(run_dir))
     data = run_data("http://127.0.0.1:9/v1")  # nothing listens: every answer is replayed
-    data.update(rounds=2, game={"on_model_error": "continue"})
+    data.update(rounds=2, game={"on_model_error": "continue", "protocol": "two_call"})
     replayed = tmp_path / "replayed"
     asyncio.run(play(RunConfig.model_validate(data), RunDirectory.create(replayed),
                      replay=run_dir))

@@ -152,8 +152,8 @@ async def test_failed_answers_are_counted_by_kind() -> None:
         model = {"provider": "openai", "model": "dummy", "base_urls": [base], "timeout": 0.5,
                  "max_retries": 0, "eject_after": 10_000}
         monitor = RunMonitor()
-        summary = await play(config(agents=200, rounds=1, models={"flaky": model}), None,
-                             monitor=monitor)
+        summary = await play(config(agents=200, rounds=1, models={"flaky": model},
+                                    game={"protocol": "two_call"}), None, monitor=monitor)
         served = await server_stats(base)
     snap = monitor.snapshot()
     kinds = dict(snap.llm.errors)

@@ -45,8 +45,11 @@ def llm(base_urls: Iterable[str], model: str = "dummy", **extra: Any) -> dict[st
 
 def make_config(models: dict[str, Any], *, agents: int, rounds: int = 2,
                 game: dict[str, Any] | None = None, **changes: Any) -> RunConfig:
+    """A run on ``models``; the paper's two calls unless ``game`` says otherwise (``auto``
+    would take one constrained call at P1 on serve-llm)."""
+    game = {"protocol": "two_call", **(game or {})}
     data: dict[str, Any] = {"name": "http", "seed": SEED, "agents": agents, "rounds": rounds,
-                            "workers": 2, "models": models, "game": game or {}, **changes}
+                            "workers": 2, "models": models, "game": game, **changes}
     return RunConfig.model_validate(data)
 
 
@@ -120,8 +123,8 @@ def recorder() -> Recorder:
 async def test_two_call_protocol(tmp_path: Path, recorder: Recorder) -> None:
     async with recorder.serve(ServerOptions(policy="reasoning")) as url:
         config = make_config({"llm": llm([url])}, agents=40,
-                             game={"temperature": 0.7, "max_tokens": 200})
-        assert config.protocol_for("llm") == "two_call"  # auto, for a served model
+                             game={"temperature": 0.7, "max_tokens": 200,
+                                   "protocol": "two_call"})
         path = await run_into(tmp_path, config)
         stats = await server_stats(url)
 
@@ -271,7 +274,7 @@ async def test_mixed_models(tmp_path: Path, recorder: Recorder) -> None:
     async with recorder.serve(ServerOptions(models=["served"], policy="reasoning")) as url:
         config = make_config(
             {"dummy": {"provider": "dummy", "latency": 0}, "llm": llm([url], model="served")},
-            agents=300, assign={"llm": "1/3", "dummy": "2/3"})
+            agents=300, assign={"llm": "1/3", "dummy": "2/3"}, game={"protocol": "auto"})
         path = await run_into(tmp_path, config)
         stats = await server_stats(url)
 
@@ -289,15 +292,14 @@ async def test_mixed_models(tmp_path: Path, recorder: Recorder) -> None:
     llm_agents = {a for a, m in enumerate(assigned) if m == "llm"}
     assert llm_agents != set(range(100))  # shuffled, not dealt in blocks
 
-    # Each model with its own protocol (auto): two calls on the server, one on the dummy.
+    # Each model with its own protocol (auto): on the server one call held to a number
+    # (P1, a server that takes a choice), on the dummy one direct call.
     for row in table.to_pylist():
-        if row["model"] == "llm":
-            assert row["calls"] == 2 and row["raw"].endswith(".")
-            assert row["extract_raw"] == f"The answer is {int(row['number'])}"
-        else:
-            assert row["calls"] == 1 and row["raw"].isdigit()
-            assert row["extract_raw"] is None
-    assert stats["models"] == {"served": 2 * 100 * 2}
+        assert row["calls"] == 1 and row["raw"].isdigit()
+        assert row["extract_raw"] is None
+    assert stats["models"] == {"served": 100 * 2}
+    assert all(body["structured_outputs"]["choice"][:2] == ["0", "1"]
+               for body in recorder.seen)
     who = who_asks(config)
     assert {who[body["seed"]][0] for body in recorder.seen} == llm_agents
 
@@ -305,7 +307,7 @@ async def test_mixed_models(tmp_path: Path, recorder: Recorder) -> None:
     assert summary["models"] == ["dummy", "llm"]
     for entry in summary["steps"]:
         usage = entry["usage"]
-        assert (usage["llm"]["agents"], usage["llm"]["calls"]) == (100, 200)
+        assert (usage["llm"]["agents"], usage["llm"]["calls"]) == (100, 100)
         assert (usage["dummy"]["agents"], usage["dummy"]["calls"]) == (200, 200)
 
 
@@ -424,3 +426,52 @@ async def test_two_call_extracts_only_what_is_not_stated(tmp_path: Path,
                              game={"protocol": "two_call", "extract": "when_stated"})
         path = await run_into(tmp_path, config, "echo")
     assert set(read_table(path).column("calls").to_pylist()) == {2}
+
+
+def test_auto_picks_one_constrained_call_at_p1_on_a_server_that_takes_choices() -> None:
+    auto = {"protocol": "auto"}
+    config = make_config({"llm": llm(["http://gpu:8000/v1"])}, agents=4, game=auto)
+    for server in ("vllm", "sglang", "llamacpp", "populace"):
+        assert config.protocol_for("llm", server) == "constrained"
+    assert config.protocol_for("llm", "openai") == "two_call"  # no choice constraint
+    assert config.protocol_for("llm") == "two_call"  # not known (a replay of an old run)
+    p2 = make_config({"llm": llm(["http://gpu:8000/v1"])}, agents=4,
+                     game={**auto, "level": "P2"})
+    assert p2.protocol_for("llm", "vllm") == "two_call"  # the level asks for reasoning
+    real = make_config({"llm": llm(["http://gpu:8000/v1"])}, agents=4,
+                       game={**auto, "high": 0.5})
+    assert real.protocol_for("llm", "llamacpp") == "two_call"  # not a range of integers
+
+
+async def test_auto_on_serve_llm_at_p1_is_one_call_and_a_replay_keeps_it(
+        tmp_path: Path, recorder: Recorder) -> None:
+    async with recorder.serve(ServerOptions(policy="reasoning")) as url:
+        config = make_config({"llm": llm([url])}, agents=10, rounds=1,
+                             game={"protocol": "auto"})
+        path = await run_into(tmp_path, config)
+    assert read_summary(path)["servers"] == {"llm": {"server": "populace", "slots": None}}
+    table = read_table(path)
+    assert set(table.column("calls").to_pylist()) == {1} and all(
+        table.column("valid").to_pylist())
+    assert all(body["max_tokens"] == 8 for body in recorder.seen)
+    # replayed without the server: the same protocol, so every call is in the recording
+    replay = RunDirectory.create(tmp_path / "replay")
+    from populace.launch import launch, load_run_file
+    summary = await launch(load_run_file(path / "config.yaml"), replay, replay=path)
+    assert summary["status"] == "completed"
+    assert read_table(replay.path).column("number").to_pylist() == \
+        table.column("number").to_pylist()
+
+
+async def test_answers_slower_than_the_timeout_are_waited_for_in_a_run(tmp_path: Path) -> None:
+    # Agents are driven without a Task: the client's look at the server's /stats (while
+    # an answer outlasts its timeout) must run in one, as the request does.
+    async with running_server(ServerOptions(latency=0.5)) as url:
+        config = make_config({"llm": llm([url], timeout=0.2, max_retries=0)}, agents=6,
+                             rounds=1, workers=1, game={"protocol": "direct"})
+        path = await run_into(tmp_path, config)
+        stats = await server_stats(url)
+    table = read_table(path)
+    assert table.column("error").null_count == 6 and all(table.column("valid").to_pylist())
+    assert set(table.column("retries").to_pylist()) == {0}
+    assert stats["requests"] == 6  # none abandoned and sent again

@@ -438,18 +438,29 @@ async def _step(run: Run, scenario: Scenario, t: int, summary: dict[str, Any],
     return True
 
 
+def _served(run_dir: Path) -> dict[str, Served]:
+    """What the preflight of the run in ``run_dir`` learnt of its servers."""
+    try:
+        recorded = RunDirectory(run_dir).read_summary().get("servers") or {}
+        return {name: Served(str(s["server"]), s.get("slots"))
+                for name, s in recorded.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, ConfigError):
+        return {}
+
+
 async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
                    monitor: RunMonitor | None, observers: Sequence[Observer], resume: bool,
                    replay: Path | None, cache: Path) -> dict[str, Any]:
     started = time.perf_counter()
     o = run_file.options
     summary = _summary(run_file)
-    served: dict[str, Served] = {}
     if replay is None:  # one clear line now beats a thousand failed calls later
         served = await preflight(dict(o.models))
-        if served:  # what the servers are: their spelling of structured output, their slots
-            summary["servers"] = {name: {"server": s.server, "slots": s.slots}
-                                  for name, s in served.items()}
+    else:  # the servers the replayed run had: its requests were shaped for them
+        served = _served(replay)
+    if served:  # what the servers are: their spelling of structured output, their slots
+        summary["servers"] = {name: {"server": s.server, "slots": s.slots}
+                              for name, s in served.items()}
     start, restored = 1, None
     if resume:
         assert run_dir is not None

@@ -359,8 +359,9 @@ class OpenAIChat(ModelClient):
         vLLM's ``/metrics``, serve-llm's ``/stats``."""
         root = self.pool.urls[index].removesuffix("/v1")
         path = {"llamacpp": "/slots", "vllm": "/metrics", "populace": "/stats"}[self.server]
-        try:
-            answer = await self.transport.get(root + path, self.headers, timeout=5.0)
+        try:  # in a Task of its own, as the request: agents are driven without one
+            answer = await asyncio.create_task(
+                self.transport.get(root + path, self.headers, timeout=5.0))
         except TransportError:
             return False, False
         if answer.status != 200:

@@ -22,7 +22,7 @@ from populace.core import derive_seed
 from populace.llm import DummyConfig, Layout, ModelConfig
 from populace.population import PopulationConfig
 
-from ._prompts import RULES
+from ._prompts import CHOICE_SERVERS, RULES, number_constraint
 from ._rules import parse_ratio
 
 #: The largest magnitude of ``low``, ``high``, ``offset`` and the target: beyond it answers
@@ -93,7 +93,8 @@ class GameConfig(StrictModel):
         "paper's answer + extraction calls; structured: one call with a JSON schema; "
         "constrained: one call of a few tokens that the server holds to a number (a choice "
         "or regex constraint where the server takes one); auto: direct for the dummy model, "
-        "two_call otherwise")
+        "constrained at P1 on a server that takes a choice constraint (vLLM, SGLang, "
+        "llama.cpp, serve-llm), two_call otherwise")
     extract: Literal["always", "when_stated"] = Field(
         "always", description="two_call's extraction call: always (the paper), or only "
         "when the answer does not state its number plainly ('The answer is 22', 'Answer: "
@@ -314,11 +315,19 @@ class RunConfig(StrictModel):
         """The single model in use (the first one when models are mixed)."""
         return self.model or next(iter(self.assign or self.models))
 
-    def protocol_for(self, model: str) -> str:
-        """The protocol participants on ``model`` use (resolving ``auto``)."""
+    def protocol_for(self, model: str, server: str = "auto") -> str:
+        """The protocol participants on ``model`` use, resolving ``auto``: direct for the
+        dummy model; at P1 on a server that holds an answer to a list of choices (``server``:
+        vLLM, SGLang, llama.cpp, serve-llm; the range's integers), constrained: one call of
+        a few tokens; otherwise the paper's two calls."""
         if self.game.protocol != "auto":
             return self.game.protocol
-        return "direct" if self.models[model].provider == "dummy" else "two_call"
+        if self.models[model].provider == "dummy":
+            return "direct"
+        if self.game.level == "P1" and server in CHOICE_SERVERS and \
+                number_constraint(self.game.low, self.game.high)["type"] == "choice":
+            return "constrained"
+        return "two_call"
 
     def resolved(self) -> dict[str, Any]:
         """The config with every default filled in, as written to ``config.yaml``."""
