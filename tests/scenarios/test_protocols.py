@@ -459,6 +459,8 @@ async def test_auto_on_serve_llm_at_p1_is_one_call_and_a_replay_keeps_it(
     from populace.launch import launch, load_run_file
     summary = await launch(load_run_file(path / "config.yaml"), replay, replay=path)
     assert summary["status"] == "completed"
+    (step,) = summary["steps"]
+    assert (step["llm"]["llm"]["replayed"], step["llm"]["llm"]["sent"]) == (10, 0)
     assert read_table(replay.path).column("number").to_pylist() == \
         table.column("number").to_pylist()
 
@@ -475,3 +477,14 @@ async def test_answers_slower_than_the_timeout_are_waited_for_in_a_run(tmp_path:
     assert table.column("error").null_count == 6 and all(table.column("valid").to_pylist())
     assert set(table.column("retries").to_pylist()) == {0}
     assert stats["requests"] == 6  # none abandoned and sent again
+
+
+async def test_a_server_named_in_the_run_file_is_the_one_in_effect(tmp_path: Path,
+                                                                   recorder: Recorder) -> None:
+    async with recorder.serve(ServerOptions(policy="reasoning")) as url:
+        config = make_config({"llm": llm([url], server="openai", slots=3)}, agents=6,
+                             rounds=1, game={"protocol": "auto"})
+        path = await run_into(tmp_path, config)
+    assert read_summary(path)["servers"] == {"llm": {"server": "openai", "slots": 3}}
+    # OpenAI's spelling has no choice constraint: auto keeps the paper's two calls
+    assert set(read_table(path).column("calls").to_pylist()) == {2}

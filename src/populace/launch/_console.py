@@ -130,6 +130,8 @@ def traffic_lines(summary: dict[str, Any]) -> list[str]:
             continue
         line = (f"{model}: {t.get('requests', 0):,} calls, {t.get('sent', 0):,} requests "
                 f"sent, {prompt:,} prompt tokens")
+        if t.get("replayed"):
+            line += f" ({t['replayed']:,} calls answered from the recording)"
         if t.get("cached_tokens"):
             line += f", {t['cached_tokens'] / prompt:.0%} from the servers' prefix caches"
         elif t.get("prefix_tokens"):

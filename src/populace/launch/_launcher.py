@@ -459,8 +459,13 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
     else:  # the servers the replayed run had: its requests were shaped for them
         served = _served(replay)
     if served:  # what the servers are: their spelling of structured output, their slots
-        summary["servers"] = {name: {"server": s.server, "slots": s.slots}
-                              for name, s in served.items()}
+        summary["servers"] = {}
+        for name, s in served.items():  # as in effect: what the run file says comes first
+            config = o.models[name]
+            given = getattr(config, "server", "auto")
+            summary["servers"][name] = {
+                "server": s.server if given == "auto" else given,
+                "slots": getattr(config, "slots", None) or s.slots}
     start, restored = 1, None
     if resume:
         assert run_dir is not None

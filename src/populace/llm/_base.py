@@ -54,6 +54,7 @@ class ModelStats:
     cached_tokens: int = 0  # prompt tokens servers said they took from their prefix cache
     prefix_tokens: int = 0  # prompt tokens repeating a prefix sent to the same endpoint
     coalesced: int = 0  # calls answered by another call's request (n > 1)
+    replayed: int = 0  # calls answered (or missed) by a recording: nothing was sent
 
 
 class Request(NamedTuple):
@@ -137,14 +138,15 @@ def model_stats(resources: Iterable[Any]) -> list[ModelStats]:
 
 #: The counters of :func:`traffic`, per model.
 TRAFFIC = ("requests", "retries", "sent", "failures", "prompt_tokens", "completion_tokens",
-           "cached_tokens", "prefix_tokens", "coalesced")
+           "cached_tokens", "prefix_tokens", "coalesced", "replayed")
 
 
 def traffic(workers: Iterable[Iterable[Any]]) -> dict[str, dict[str, int]]:
     """Per model, summed over workers' resource statistics: ``requests`` (calls asked for),
     ``retries`` (attempts beyond the first), ``coalesced`` (calls answered by another
-    call's request), ``sent`` (the HTTP requests made, or the simulated or replayed calls:
-    requests + retries - coalesced), ``failures`` (calls that gave up), and tokens:
+    call's request), ``replayed`` (calls a recording answered), ``sent`` (the requests
+    made, or the simulated calls: requests + retries - coalesced - replayed), ``failures``
+    (calls that gave up), and tokens:
     ``cached_tokens`` (prompt tokens servers said their prefix cache gave them) and
     ``prefix_tokens`` (prompt tokens repeating a prefix already sent to the same endpoint:
     what a prefix cache could reuse, estimated by the client)."""
@@ -154,13 +156,14 @@ def traffic(workers: Iterable[Iterable[Any]]) -> dict[str, dict[str, int]]:
             acc = out.setdefault(m.model, dict.fromkeys(TRAFFIC, 0))
             acc["requests"] += m.requests
             acc["retries"] += m.retries
-            acc["sent"] += m.requests + m.retries - m.coalesced
+            acc["sent"] += m.requests + m.retries - m.coalesced - m.replayed
             acc["failures"] += m.failures
             acc["prompt_tokens"] += m.prompt_tokens
             acc["completion_tokens"] += m.completion_tokens
             acc["cached_tokens"] += m.cached_tokens
             acc["prefix_tokens"] += m.prefix_tokens
             acc["coalesced"] += m.coalesced
+            acc["replayed"] += m.replayed
     return out
 
 

@@ -442,7 +442,8 @@ class ReplayModel(ModelClient):
 
     def statistics(self) -> ModelStats:
         return ModelStats(self.name, self._hits + self._misses, self._misses, 0,
-                          self._prompt_tokens, self._completion_tokens)
+                          self._prompt_tokens, self._completion_tokens,
+                          replayed=self._hits + self._misses)
 
     async def aclose(self) -> None:
         """Nothing to release; the answers stay loaded."""
