@@ -143,8 +143,12 @@ def read_parquet(path: str | Path, **options: Any) -> pa.Table:
     """Parquet file ``path`` of a run directory; a file that is not one (cut short,
     garbage, not a regular file) is a DamagedRunFile naming it."""
     try:
+        # pyarrow reads a Python file object from its own threads (calling back into
+        # Python), and a read still in flight when the interpreter exits aborts the process
+        # ("terminate called without an active exception"): hand it the bytes instead.
         with open_run_file(path) as f:
-            return pq.read_table(f, **options)
+            data = f.read()
+        return pq.read_table(pa.BufferReader(data), **options)
     except (pa.ArrowException, ValueError, OSError) as e:
         if isinstance(e, DamagedRunFile | FileNotFoundError):
             raise
