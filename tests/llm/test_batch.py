@@ -78,7 +78,9 @@ def journal(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / "llm_batches" / "journal.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    # Only whole lines: the run may be writing the last one while this reads it.
+    whole = path.read_text().rpartition("\n")[0]
+    return [json.loads(line) for line in whole.splitlines() if line.strip()]
 
 
 def llm_counts(run_dir: Path) -> list[dict[str, int]]:
