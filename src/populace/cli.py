@@ -74,12 +74,12 @@ def _launch(run_file: RunFile, run_dir: RunDirectory, *, resume: bool, replay: P
               f"agents × {o.steps} steps on {o.workers} {o.backend} worker(s), seed {o.seed}",
               soft_wrap=True)
     observer = ConsoleObserver(out, err)
-    monitor, server = _start_studio(run_dir, studio_port) if studio_port is not None \
-        else (None, None)
+    monitor, control, server = _start_studio(run_dir, studio_port) \
+        if studio_port is not None else (None, None, None)
     try:
         summary = run_until_signalled(launch(run_file, run_dir, monitor=monitor,
                                              observers=[observer], resume=resume,
-                                             replay=replay))
+                                             replay=replay, control=control))
     except WorkerLost as e:
         raise _Fail(f"{e}; gave up after {MAX_RECOVERIES} recoveries; continue with: "
                     f"populace run --resume {run_dir.path}", 1) from None
@@ -178,8 +178,31 @@ def run(
                                         "its URL")] = False,
     studio_port: Annotated[int, typer.Option(min=0, max=65535, help="the studio's port")
                            ] = 8765,
+    fork: Annotated[Path | None, typer.Option(
+        help="start a new run from this run directory's checkpoint at --at (a counterfactual)")
+    ] = None,
+    at: Annotated[int | None, typer.Option(min=1, help="with --fork: the step to continue "
+                                           "after")] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="with --fork: change a setting, KEY=VALUE (dotted: game.ratio=0.5); "
+        "repeatable")] = None,
+    without_interventions: Annotated[bool, _flag(
+        "without-interventions", "with --fork: leave out the source's interventions after "
+        "--at")] = False,
 ) -> None:
     """Run a simulation from a run file and write its run directory."""
+    if fork is not None or at is not None or set_:
+        if fork is None or at is None:
+            raise _Fail("--fork RUN_DIR and --at STEP go together (--set needs both)",
+                        EXIT_CONFIG)
+        if config is not None or resume is not None or replay is not None:
+            raise _Fail("--fork takes its config from RUN_DIR/config.yaml; give no CONFIG, "
+                        "--resume or --replay", EXIT_CONFIG)
+        if any(v is not None for v in (agents, rounds, seed, workers, backend, address)):
+            raise _Fail("--fork changes settings with --set KEY=VALUE only", EXIT_CONFIG)
+        _fork(fork, at, set_ or [], out_dir, without_interventions,
+              studio_port if studio else None)
+        return
     if resume is not None:
         if config is not None or out_dir is not None:
             raise _Fail("--resume RUN_DIR takes its config from RUN_DIR/config.yaml; "
@@ -209,6 +232,29 @@ def run(
     run_dir = _run_dir(target, resume is not None, given=out_dir is not None)
     _launch(run_file, run_dir, resume=resume is not None, replay=replay,
             studio_port=studio_port if studio else None)
+
+
+def _fork(source: Path, at: int, pairs: list[str], out_dir: Path | None,
+          without_interventions: bool, studio_port: int | None) -> None:
+    from populace.launch import fork, parse_sets
+
+    if not _is(source / "config.yaml", Path.is_file, "--fork"):
+        raise _Fail(f"--fork {source}: no config.yaml there (not a run directory?)",
+                    EXIT_CONFIG)
+    target = out_dir or source.parent / f"{source.name}-fork{at}-{time.strftime('%H%M%S')}"
+    if _is(target, os.path.lexists, "--out"):
+        raise _Fail(f"{'--out ' if out_dir else ''}{target}: exists already; choose another "
+                    "with --out", EXIT_CONFIG)
+    try:
+        run_file = fork(source, at, parse_sets(pairs), target,
+                        without_interventions=without_interventions)
+    except OSError as e:
+        raise _Fail(f"{e.filename or target}: cannot create the fork: {e.strerror or e}",
+                    EXIT_CONFIG) from None
+    out.print(f"forked {escape(str(source))} after step {at} into "
+              f"[bold]{escape(str(target))}[/bold]", soft_wrap=True)
+    _launch(run_file, RunDirectory(target), resume=True, replay=None,
+            studio_port=studio_port)
 
 
 def _check_ray_address(run_file: RunFile, config: Path, *, given: bool) -> None:
@@ -277,13 +323,15 @@ def estimate(
               " (the platform's own time per agent is not included)", soft_wrap=True)
 
 
-def _start_studio(run_dir: RunDirectory, port: int) -> tuple[Any, Any]:
-    """A monitor for this run and a studio showing it (on 127.0.0.1, in a thread)."""
+def _start_studio(run_dir: RunDirectory, port: int) -> tuple[Any, Any, Any]:
+    """A monitor and a control for this run, and a studio showing it (on 127.0.0.1, in a
+    thread)."""
+    from populace.launch import RunControl
     from populace.studio import Runs, StudioServer
 
     runs = Runs(run_dir.path.parent)
-    monitor = RunMonitor()
-    live = runs.attach(run_dir.path, monitor)
+    monitor, control = RunMonitor(), RunControl()
+    live = runs.attach(run_dir.path, monitor, control)
     try:
         server = StudioServer(runs, port=port)
     except OSError as e:
@@ -292,7 +340,7 @@ def _start_studio(run_dir: RunDirectory, port: int) -> tuple[Any, Any]:
                     "port with --studio-port)", 1) from None
     server.start()
     out.print(f"studio: [bold]{server.url}#/run/{live.run_id}[/bold]", soft_wrap=True)
-    return monitor, server
+    return monitor, control, server
 
 
 @app.command()
@@ -762,6 +810,52 @@ def report(
         out.print(table)
     out.print(f"{len(written.figures)} figures in {written.path.parent / 'figures'}; "
               f"report: [bold]{written.path}[/bold]", soft_wrap=True)
+
+
+@app.command()
+def interview(
+    run_dir: Annotated[Path, typer.Argument(help="the run directory")],
+    question: Annotated[str, typer.Argument(help="what to ask")],
+    agent: Annotated[list[int] | None, typer.Option(
+        "--agent", help="an agent id to ask; repeatable")] = None,
+    where: Annotated[str | None, typer.Option(
+        help="a profile query, e.g. 'education == \"PhD\" and age > 40'")] = None,
+    sample: Annotated[int | None, typer.Option(min=1, help="ask a seeded random sample of "
+                                               "this many (of those chosen)")] = None,
+    step: Annotated[int | None, typer.Option(min=0, help="as the agents stood after this "
+                                             "step (default: the newest checkpoint)")] = None,
+    as_json: Annotated[bool, _flag("json", "print the answers as JSON lines")] = False,
+) -> None:
+    """Ask agents of a run a question, with their own model, persona and memory (from a
+    checkpoint; the run's results do not change). Answers go to RUN_DIR/interviews.parquet."""
+    from populace.launch import interview as ask
+
+    if not _is(run_dir / "config.yaml", Path.is_file, "RUN_DIR"):
+        raise _Fail(f"{run_dir}: no config.yaml there (not a run directory?)", EXIT_CONFIG)
+    if agent is None and where is None and sample is None:
+        raise _Fail("choose whom to ask: --agent ID, --where QUERY and/or --sample N",
+                    EXIT_CONFIG)
+    number, rows = run_until_signalled(ask(run_dir, question, agents=agent, where=where,
+                                           sample=sample, step=step))
+    if as_json:
+        for row in rows:
+            print(json.dumps(row, ensure_ascii=False))
+    else:
+        shown = Table("agent", "answer", "tokens", "s")
+        for row in rows:
+            text = row["answer"] if row["answer"] is not None else f"[red]{row['error']}[/red]"
+            shown.add_row(str(row["agent_id"]), escape(text) if row["answer"] else text,
+                          f"{row['prompt_tokens']}+{row['completion_tokens']}",
+                          f"{row['latency_s']:.2f}")
+        out.print(shown)
+    failed = sum(row["answer"] is None for row in rows)
+    step_seen = rows[0]["step"] if rows else step
+    (err if as_json else out).print(
+        f"interview {number}: {len(rows) - failed} of {len(rows)} agents answered (as after "
+        f"step {step_seen}); saved in {escape(str(run_dir / 'interviews.parquet'))}",
+        soft_wrap=True)
+    if rows and failed == len(rows):
+        raise _Fail(f"no agent answered: {rows[0]['error']}", 1)
 
 
 @app.command()

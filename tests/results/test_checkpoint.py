@@ -21,7 +21,7 @@ def test_round_trip_and_file_layout(tmp_path: Path) -> None:
     path = write_checkpoint(tmp_path, 3, state)
     assert path == tmp_path / "checkpoints" / "round-00003.ckpt"
     header = json.loads(path.read_bytes().split(b"\n", 1)[0])
-    assert header["format"] == "populace-checkpoint/2" and header["round"] == 3
+    assert header["format"] == "populace-checkpoint/3" and header["round"] == 3
     assert len(header["sha256"]) == 64 and header["bytes"] > 0
     assert read_checkpoint(path) == (3, state)
     assert [p.name for p in path.parent.iterdir()] == ["round-00003.ckpt"]  # no temp file left

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 import socket
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +26,7 @@ from populace.results._monitor import (
     MAX_BINS,
     MAX_METRICS,
     MAX_TEXT,
+    MAX_WORKER_ROWS,
     RunSnapshot,
     bin_edges,
     error_kind,
@@ -122,6 +124,13 @@ async def test_the_game_shows_what_it_showed_through_the_generic_fields(tmp_path
     assert data["llm"]["latency_s"]["n"] == 1200
     assert [w["agents"] for w in data["workers"]] == [300, 300]
     assert all(w["pid"] and w["calls_done"] >= 300 for w in data["workers"])
+    # Both workers live in this process: its memory, shown on each row, counted once.
+    assert {w["pid"] for w in data["workers"]} == {os.getpid()}
+    assert all(w["rss_mb"] > 10 and w["status"] == "alive" for w in data["workers"])
+    [node] = data["nodes"]
+    assert (node["workers"], node["processes"], node["agents"]) == (2, 1, 600)
+    assert node["rss_mb"] == data["workers"][0]["rss_mb"]
+    assert data["llm"]["workers_share_memory"] is True
 
 
 async def test_the_histogram_fills_while_a_step_is_still_going() -> None:
@@ -296,7 +305,8 @@ def test_a_million_agent_snapshot_stays_under_50_kb() -> None:
     snap = monitor.snapshot()
     assert snap.progress.done == n and snap.progress.failed == 300
     assert snap.answers.n == n - 300 == sum(snap.answers.counts)
-    assert len(snap.workers) == 64 and snap.workers_omitted == workers - 64
+    assert len(snap.workers) == MAX_WORKER_ROWS
+    assert snap.workers_omitted == workers - MAX_WORKER_ROWS
     assert len(snap.series.steps) == 99 and len(snap.environment) == 40
     assert len(snap.series.metrics) == MAX_METRICS and "wall_s" in snap.series.metrics
     assert snap.series.omitted == 26 - MAX_METRICS  # 24 numbers and a text, + wall_s shown
@@ -337,7 +347,7 @@ def test_snapshots_reuse_what_refresh_computed() -> None:
     # ... and hand out the rows refresh built rather than rebuilding them
     assert snap.workers is first.workers and snap.series is first.series
     assert snap.llm.models is first.llm.models and snap.llm.endpoints is first.llm.endpoints
-    assert len(snap.workers) == 64 and snap.llm.requests == 3 * 50_000 * 64
+    assert len(snap.workers) == MAX_WORKER_ROWS and snap.llm.requests == 3 * 50_000 * 64
 
 
 # -- details -------------------------------------------------------------------------------------
@@ -456,3 +466,130 @@ def test_without_a_range_the_live_histogram_follows_the_answers() -> None:
     assert h.edges[0] <= everything.min() and h.edges[-1] >= everything.max()
     monitor.round_started(2, FakeAnswers(5), measure)  # type: ignore[arg-type]
     assert monitor.snapshot().answers.counts == ()  # a new step starts a new range
+
+
+# -- workers and nodes ---------------------------------------------------------------------------
+class FakeSim:
+    """What simulation_started reads of a Simulation: where each worker runs, its stats."""
+
+    def __init__(self, places: Sequence[tuple[int, str]], stats: SimulationStats) -> None:
+        self.backend = self
+        self.n_workers = len(places)
+        self._places = places
+        self._stats = stats
+
+    def worker_info(self) -> list[dict[str, Any]]:
+        return [{"pid": pid, "node": node} for pid, node in self._places]
+
+    def statistics(self) -> SimulationStats:
+        return self._stats
+
+
+def measured(places: Sequence[tuple[int, str]], cpu_s: Sequence[float], at: float,
+             agents: int = 100, rss_mb: float = 200.0) -> SimulationStats:
+    """Statistics as worker processes measured them: worker i in process places[i]."""
+    return SimulationStats("ray", "running", agents * len(places), tuple(
+        WorkerStats(i, agents, 10 + i, 5, 0, 0, pid=pid, cpu_s=cpu_s[i], measured_at=at,
+                    rss_bytes=int((rss_mb + i) * 2**20))
+        for i, (pid, _node) in enumerate(places)), 0, 0, 0)
+
+
+PLACES = [(101, "node-a"), (102, "node-a"), (201, "node-b"), (202, "node-b")]
+
+
+def started(places: Sequence[tuple[int, str]], stats: SimulationStats) -> RunMonitor:
+    monitor = RunMonitor(interval=0.0)
+    monitor.run_started(name="x", agents=stats.agents, steps=3, workers=len(places),
+                        backend="ray")
+    monitor.simulation_started(FakeSim(places, stats))  # type: ignore[arg-type]
+    return monitor
+
+
+def test_cpu_share_comes_from_two_samples_of_each_process() -> None:
+    monitor = started(PLACES, measured(PLACES, [10.0, 20.0, 30.0, 40.0], at=1000.0))
+    assert [w.cpu_pct for w in monitor.snapshot().workers] == [None] * 4  # one sample: no rate
+    # 2 s later: 2, 1, 0.5 and 0 CPU seconds more
+    monitor.refresh(measured(PLACES, [12.0, 21.0, 30.5, 40.0], at=1002.0), force=True)
+    snap = monitor.snapshot()
+    assert [w.cpu_pct for w in snap.workers] == [100.0, 50.0, 25.0, 0.0]
+    # The same report again (a Ray poll not yet back), or one a moment later: the last share.
+    monitor.refresh(measured(PLACES, [12.0, 21.0, 30.5, 40.0], at=1002.0), force=True)
+    monitor.refresh(measured(PLACES, [12.1, 21.0, 30.5, 40.0], at=1002.1), force=True)
+    assert [w.cpu_pct for w in monitor.snapshot().workers] == [100.0, 50.0, 25.0, 0.0]
+    monitor.refresh(measured(PLACES, [13.0, 21.1, 30.5, 40.0], at=1003.0), force=True)
+    assert [w.cpu_pct for w in monitor.snapshot().workers] == [100.0, 10.0, 0.0, 0.0]
+    assert [w.pid for w in snap.workers] == [101, 102, 201, 202]
+    assert [w.rss_mb for w in snap.workers] == [200.0, 201.0, 202.0, 203.0]
+
+
+def test_node_totals_add_up_and_a_shared_process_counts_once() -> None:
+    monitor = started(PLACES, measured(PLACES, [0.0] * 4, at=0.0))
+    monitor.refresh(measured(PLACES, [1.0, 0.5, 0.5, 0.25], at=1.0), force=True)
+    snap = monitor.snapshot()
+    a, b = snap.nodes
+    assert (a.node, a.workers, a.processes, a.agents, a.in_flight) == ("node-a", 2, 2, 200, 11)
+    assert (a.cpu_pct, a.rss_mb) == (150.0, 401.0)
+    assert (b.node, b.workers, b.processes, b.agents, b.in_flight) == ("node-b", 2, 2, 200, 15)
+    assert (b.cpu_pct, b.rss_mb) == (75.0, 405.0)
+    assert not snap.llm.workers_share_memory
+    # The local backend: every worker in one process, which shows once in the totals.
+    here = [(7, "host")] * 3
+    monitor = started(here, measured(here, [5.0] * 3, at=0.0))
+    monitor.refresh(measured(here, [5.5] * 3, at=1.0), force=True)
+    snap = monitor.snapshot()
+    assert [w.cpu_pct for w in snap.workers] == [50.0] * 3
+    [node] = snap.nodes
+    assert (node.workers, node.processes, node.agents, node.cpu_pct, node.rss_mb) == \
+        (3, 1, 300, 50.0, 200.0)
+    assert snap.llm.workers_share_memory
+
+
+def test_a_lost_worker_shows_as_lost_then_its_attempt_as_recovered() -> None:
+    monitor = started(PLACES, measured(PLACES, [0.0] * 4, at=0.0))
+    monitor.refresh(measured(PLACES, [1.0] * 4, at=1.0), force=True)
+    assert {w.status for w in monitor.snapshot().workers} == {"alive"}
+    error = "WorkerLost: worker 2 (pid 201) died: its node is gone; it held agents 200…299"
+    monitor.run_finished("failed", error)  # what the launcher does first
+    monitor.workers_lost(error)
+    snap = monitor.snapshot()
+    assert [(w.index, w.status) for w in snap.workers] == [
+        (2, "lost"), (0, "alive"), (1, "alive"), (3, "alive")]  # the lost one first
+    lost = snap.workers[0]
+    assert (lost.in_flight, lost.cpu_pct, lost.rss_mb) == (0, None, None)
+    assert snap.nodes[1].processes == 2 and snap.nodes[1].rss_mb == 203.0  # only the living
+    assert size(snap) < LIMIT
+    # The launcher resumes: a new attempt, new worker processes.
+    again = [(pid + 1000, node) for pid, node in PLACES]
+    monitor.run_started(name="x", agents=400, steps=3, workers=4, backend="ray")
+    assert monitor.snapshot().workers[0].status == "lost"  # until the new workers are up
+    monitor.simulation_started(FakeSim(again, measured(again, [0.0] * 4, at=5.0)))  # type: ignore[arg-type]
+    snap = monitor.snapshot()
+    assert [(w.index, w.pid, w.status) for w in snap.workers] == [
+        (i, pid, "recovered") for i, (pid, _) in enumerate(again)]
+    # A loss that names no worker: every worker is lost.
+    monitor.workers_lost(RuntimeError("the cluster went away"))
+    assert {w.status for w in monitor.snapshot().workers} == {"lost"}
+
+
+def test_a_lost_worker_is_shown_even_beyond_the_rows_shown() -> None:
+    places = [(1000 + i, f"node-{i // 8}") for i in range(40)]
+    monitor = started(places, measured(places, [0.0] * 40, at=0.0))
+    monitor.workers_lost(f"worker 37 (pid {places[37][0]}) died")
+    snap = monitor.snapshot()
+    assert len(snap.workers) == MAX_WORKER_ROWS and snap.workers_omitted == 40 - MAX_WORKER_ROWS
+    assert (snap.workers[0].index, snap.workers[0].status) == (37, "lost")
+    assert [n.workers for n in snap.nodes] == [8] * 5  # totals over every worker
+    assert sum(n.agents for n in snap.nodes) == 4000
+
+
+def test_the_workers_of_a_snapshot_stay_small() -> None:
+    # Two workers of 500,000 agents on Ray (the size the studio benchmark checks): a few
+    # hundred bytes of the whole update.
+    places = [(123456, "f" * 16), (123457, "e" * 16)]
+    monitor = started(places, measured(places, [100.0, 100.0], at=0.0, agents=500_000))
+    monitor.refresh(measured(places, [123.4, 125.6], at=30.0, agents=500_000), force=True)
+    data = monitor.snapshot().to_json()
+    part = json.dumps({k: data[k] for k in ("workers", "workers_omitted", "nodes")},
+                      separators=(",", ":"))
+    assert len(part) < 700, part
+    assert [w["cpu_pct"] for w in data["workers"]] == [78.0, 85.3]

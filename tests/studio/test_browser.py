@@ -279,3 +279,55 @@ def test_watch_the_opinions_example_through_run_studio(tmp_path: Path, page: Any
     finally:
         _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, stderr
+
+
+def test_the_workers_panel_fits_1280_px_and_shows_each_process(
+        studio: tuple[StudioServer, Path], page: Any) -> None:
+    # Each worker's process measures its own CPU and memory; the table fits its half of a
+    # 1280 px page with no horizontal scrolling (it was clipped at 1400 px before).
+    server, _root = studio
+    page.set_viewport_size({"width": 1280, "height": 1000})
+    page.goto(server.url)
+    page.wait_for_selector("#start-form")
+    start_run(page, "watch.yaml")
+    page.wait_for_selector("#workers-table tbody tr", timeout=30_000)
+    cpu_seen: set[str] = set()
+    deadline = time.monotonic() + 40
+    while page.inner_text("#status") != "completed":
+        assert time.monotonic() < deadline, page.inner_text("#status")
+        if page.locator("#workers-table").count():
+            headers = page.locator("#workers-table thead th").all_inner_texts()
+            cells = page.locator("#workers-table tbody tr").first.locator("td").all_inner_texts()
+            row = dict(zip(headers, cells, strict=True))
+            if re.fullmatch(r"[\d.,]+%", row["CPU"]):
+                cpu_seen.add(row["CPU"])
+            if len(cpu_seen) == 2:
+                shot(page, "13-workers-1280")
+        page.wait_for_timeout(150)
+    widths = page.evaluate("""() => {
+      const table = document.querySelector('#workers-table');
+      const panel = document.querySelector('#workers');
+      return {table: table.scrollWidth, scroller: table.parentElement.scrollWidth,
+              scrollerBox: table.parentElement.clientWidth, panel: panel.clientWidth,
+              page: document.documentElement.scrollWidth};
+    }""")
+    assert widths["table"] <= widths["panel"], widths
+    assert widths["scroller"] <= widths["scrollerBox"], widths  # nothing to scroll to
+    assert widths["page"] <= 1280, widths
+    headers = page.locator("#workers-table thead th").all_inner_texts()
+    assert headers[:4] == ["#", "node", "pid", "status"] and headers[-2:] == ["CPU", "memory"]
+    rows = [dict(zip(headers, r.locator("td").all_inner_texts(), strict=True))
+            for r in page.locator("#workers-table tbody tr").all()]
+    assert len(rows) == 2 and {r["status"] for r in rows} == {"alive"}
+    assert {r["pid"] for r in rows} == {str(os.getpid())}  # the local backend: this process
+    assert all(re.fullmatch(r"[\d.,]+%", r["CPU"]) for r in rows), rows
+    assert all(re.fullmatch(r"[\d.,]+ (MB|GB)", r["memory"]) and not r["memory"].startswith("0 ")
+               for r in rows), rows
+    assert len(cpu_seen) >= 2, cpu_seen  # measured again and again while the run went on
+    assert any(float(c.rstrip("%").replace(",", "")) > 0 for c in cpu_seen), cpu_seen
+    # Per node totals: one node, both workers in one process, counted once.
+    total = page.inner_text("#workers-nodes")
+    assert "2 workers in 1 process" in total and "10,000 agents" in total, total
+    assert "memory " + rows[0]["memory"] in total, total
+    assert "sharing a process" in page.inner_text("#workers-notes")
+    assert page.problems == []

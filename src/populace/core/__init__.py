@@ -5,7 +5,7 @@
 
 from ._agent import Agent, Memory, PerWorker, Profile
 from ._backend import Backend, LocalBackend, ServiceHandle, make_backend
-from ._driver import SharedTimers, Signal
+from ._driver import SharedTimers, Signal, current_agent
 from ._errors import (
     CallTimeout,
     ConfigError,
@@ -61,6 +61,7 @@ __all__ = [
     "UnobservedFailureWarning",
     "WorkerLost",
     "WorkerStats",
+    "current_agent",
     "derive_seed",
     "gather",
     "make_backend",

@@ -9,15 +9,38 @@ synchronously, so one timer firing resumes a hundred thousand agents in one loop
 Anything asyncio-compatible still works inside an agent (``asyncio.sleep``, futures, awaiting
 a Task). Code that needs ``asyncio.current_task()`` -- ``asyncio.timeout`` or some HTTP
 clients -- must run in a task of its own: ``await asyncio.create_task(coro)``.
+
+While a step runs, the agent's id is :func:`current_agent` (a context variable, set and
+reset around each send, so steps that nest restore the outer agent's id, and a Task started
+inside a step inherits it); the call log uses it to say which agent made each LLM call.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine, Generator
+from contextvars import ContextVar
 from typing import Any, Protocol
 
 from ._placeholder import Driving, Placeholder, PlaceholderSet, _task_wait
+
+_current: ContextVar[int | None] = ContextVar("populace_current_agent", default=None)
+_enter = _current.set  # bound once: a step is the hottest path there is
+_leave = _current.reset
+
+
+def current_agent() -> int | None:
+    """The id of the agent whose call is running now; None outside any agent's call.
+
+    Set while a worker steps an agent's coroutine, and inherited by asyncio Tasks the agent
+    starts (they copy the context they are created in). Plain synchronous methods that a
+    worker calls directly (the default ``observe``) run without it.
+
+    >>> class Who(Agent):
+    ...     async def reply(self, msg):
+    ...         return current_agent()        # == self.id
+    """
+    return _current.get()
 
 
 class Signal:
@@ -122,9 +145,9 @@ _FAST = (Placeholder, PlaceholderSet, Signal)
 
 
 class Call:
-    """One agent coroutine being driven to completion."""
+    """One agent coroutine being driven to completion (``agent``: its id, or None)."""
 
-    __slots__ = ("coro", "loop", "sink", "slot")
+    __slots__ = ("agent", "coro", "loop", "sink", "slot")
 
     def __init__(
         self,
@@ -132,14 +155,17 @@ class Call:
         sink: Sink,
         slot: int,
         loop: asyncio.AbstractEventLoop,
+        agent: int | None = None,
     ) -> None:
         self.coro = coro
         self.sink = sink
         self.slot = slot
         self.loop = loop
+        self.agent = agent
 
     def step(self) -> None:
         Driving.depth += 1
+        token = _enter(self.agent)
         try:
             awaited = self.coro.send(None)
         except StopIteration as stop:
@@ -151,6 +177,7 @@ class Call:
             self.sink._failed(self.slot, error)
             return
         finally:
+            _leave(token)
             Driving.depth -= 1
         if type(awaited) in _FAST:
             awaited._park(self.step)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
+import time
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -88,7 +90,19 @@ Update = CallDone | GroupChunk | WorkerGone
 
 @dataclass(frozen=True, slots=True)
 class WorkerStats:
-    """What a worker is doing now; cheap to compute, safe to show."""
+    """What a worker is doing now; cheap to compute, safe to show.
+
+    ``pid``, ``cpu_s``, ``measured_at`` and ``rss_bytes`` are measured by the worker's own
+    process when the statistics are taken (on Ray, inside the actor), so they are right on
+    any node: CPU seconds used by the whole process so far (``time.process_time()``), the
+    moment (the process's ``time.monotonic()``: compare only with later samples of the same
+    process) and its resident bytes (None where ``/proc`` is missing). None: not measured.
+
+    >>> a = worker.statistics()                                          # doctest: +SKIP
+    >>> b = worker.statistics()  # a while later                         # doctest: +SKIP
+    >>> 100 * (b.cpu_s - a.cpu_s) / (b.measured_at - a.measured_at)    # doctest: +SKIP
+    37.5
+    """
 
     index: int
     agents: int
@@ -98,10 +112,39 @@ class WorkerStats:
     waiting_on_dependencies: int
     #: ``statistics()`` of each per-worker resource that has one (a ModelSet's, say).
     resources: tuple[Any, ...] = ()
+    pid: int | None = None
+    cpu_s: float | None = None
+    measured_at: float | None = None
+    rss_bytes: int | None = None
 
     @property
     def in_flight(self) -> int:
         return self.calls_started - self.calls_done - self.calls_failed
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+RSS_MAX_AGE = 0.2  # seconds a reading of the resident size is reused
+_rss: tuple[int, float, int | None] = (-1, 0.0, None)  # (pid, when, bytes): the last reading
+
+
+def _read_rss() -> int | None:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _process_sample() -> tuple[int, float, float, int | None]:
+    """(pid, CPU seconds, monotonic time, resident bytes) of this process now. The resident
+    size is read at most every :data:`RSS_MAX_AGE` seconds (every worker of a process, and
+    every poll on Ray, asks); keyed by pid, so a forked child reads its own."""
+    global _rss
+    pid, now = os.getpid(), time.monotonic()
+    last = _rss
+    if last[0] != pid or now - last[1] >= RSS_MAX_AGE:
+        last = _rss = (pid, now, _read_rss())
+    return pid, time.process_time(), now, last[2]
 
 
 def _note_origin(error: BaseException, agent_id: int, target: Target) -> None:
@@ -310,9 +353,9 @@ class Worker:
             sink._failed(slot, error)
             return
         if type(out) is types.CoroutineType:
-            Call(out, sink, slot, self._loop).step()
+            Call(out, sink, slot, self._loop, agent.id).step()
         elif inspect.isawaitable(out):
-            Call(_await(out), sink, slot, self._loop).step()
+            Call(_await(out), sink, slot, self._loop, agent.id).step()
         else:
             sink._complete(slot, out)
 
@@ -347,10 +390,12 @@ class Worker:
             self._emit(self.index, updates)
 
     def statistics(self) -> WorkerStats:
+        pid, cpu_s, now, rss = _process_sample()
         return WorkerStats(self.index, len(self._agents), self._n_started, self._n_done,
                            self._n_failed, self._n_waiting,
                            tuple(obj.statistics() for _, obj in self._resources.values()
-                                 if callable(getattr(obj, "statistics", None))))
+                                 if callable(getattr(obj, "statistics", None))),
+                           pid=pid, cpu_s=cpu_s, measured_at=now, rss_bytes=rss)
 
     async def aclose(self) -> None:
         """Release per-worker resources (those with an ``aclose`` or ``close`` method)."""

@@ -8,7 +8,18 @@ recovery from a lost worker, LLM recording and ``--replay``, the studio's live v
 """
 
 from ._console import ConsoleObserver
+from ._control import RunControl, RunNotLive
 from ._estimate import PILOT_AGENTS, Estimate, ModelEstimate, estimate
+from ._interventions import INTERVENTIONS, Intervention, parse_intervention, read_interventions
+from ._interview import (
+    INTERVIEWER,
+    INTERVIEWS,
+    InterviewError,
+    interview,
+    interview_run,
+    read_interviews,
+    save_interview,
+)
 from ._launcher import (
     MAX_RECOVERIES,
     STATUSES,
@@ -18,6 +29,7 @@ from ._launcher import (
     launch,
     run_until_signalled,
 )
+from ._offline import checkpointed_steps, fork, parse_sets, reopen
 from ._run import AllAnswersFailed, Measure, Rows, Run, StepAbandoned, as_numbers
 from ._runfile import (
     ENTRY_POINTS,
@@ -31,36 +43,57 @@ from ._runfile import (
     where,
 )
 from ._scenario import COMMON_OPTIONS, Scenario, ScenarioSettings
+from ._select import SelectionError, select, where_filter
 
 __all__ = [
     "COMMON_OPTIONS",
     "ENTRY_POINTS",
+    "INTERVENTIONS",
+    "INTERVIEWER",
+    "INTERVIEWS",
     "MAX_RECOVERIES",
     "PILOT_AGENTS",
     "STATUSES",
     "AllAnswersFailed",
     "ConsoleObserver",
     "Estimate",
+    "Intervention",
+    "InterviewError",
     "Measure",
     "ModelEstimate",
     "Observer",
     "Rows",
     "Run",
+    "RunControl",
     "RunFile",
+    "RunNotLive",
     "RunOptions",
     "Scenario",
     "ScenarioFailed",
     "ScenarioSettings",
+    "SelectionError",
     "StepAbandoned",
     "Terminated",
     "as_numbers",
+    "checkpointed_steps",
     "estimate",
+    "fork",
+    "interview",
+    "interview_run",
     "launch",
     "load_run_file",
+    "parse_intervention",
     "parse_run_file",
+    "parse_sets",
     "ray_host_port",
+    "read_interventions",
+    "read_interviews",
+    "reopen",
     "resolve_scenario",
     "run_until_signalled",
+    "save_interview",
     "scenario_of",
+    "select",
     "where",
+    "where_filter",
 ]

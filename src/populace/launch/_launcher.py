@@ -38,6 +38,8 @@ from populace.results import (
     write_checkpoint,
 )
 
+from . import _interventions
+from ._control import RunControl
 from ._run import ObserverFailed, Run, StepAbandoned
 from ._runfile import USER_MODULE_PREFIX, RunFile, where
 from ._scenario import Scenario
@@ -111,14 +113,16 @@ async def launch(run_file: RunFile, run_dir: RunDirectory | None = None, *,
                  monitor: RunMonitor | None = None, observers: Sequence[Observer] = (),
                  resume: bool = False, replay: str | Path | None = None,
                  max_recoveries: int = MAX_RECOVERIES,
-                 cache: Path = Path(".populace-cache")) -> dict[str, Any]:
+                 cache: Path = Path(".populace-cache"),
+                 control: RunControl | None = None) -> dict[str, Any]:
     """Run ``run_file``'s scenario to the end; returns the summary (also ``summary.json``).
 
     ``resume`` continues ``run_dir`` from its newest checkpoint. A lost worker (or node, or
     environment actor) is recovered up to ``max_recoveries`` times by resuming from the last
     checkpoint; then :class:`~populace.core.WorkerLost` is raised. ``replay`` (an earlier
     run directory) answers every LLM call from that run's recording. ``cache``: where
-    written backgrounds are kept for the next run.
+    written backgrounds are kept for the next run. ``control``: the studio's way in (agents
+    read, interviewed, intervened on while the run goes on).
     """
     if resume and run_dir is None:
         raise ValueError("resume needs the run directory to continue")
@@ -133,19 +137,21 @@ async def launch(run_file: RunFile, run_dir: RunDirectory | None = None, *,
                     observer.run_finished(done)
                 return done
         return await _attempts(run_file, run_dir, monitor, observers, resume, replay_dir,
-                               max_recoveries, cache)
+                               max_recoveries, cache, control)
 
 
 async def _attempts(run_file: RunFile, run_dir: RunDirectory | None,
                     monitor: RunMonitor | None, observers: Sequence[Observer], resume: bool,
-                    replay_dir: Path | None, max_recoveries: int, cache: Path
-                    ) -> dict[str, Any]:
+                    replay_dir: Path | None, max_recoveries: int, cache: Path,
+                    control: RunControl | None) -> dict[str, Any]:
     """The run, then a resume from the last checkpoint after each lost worker."""
     for attempt in range(max_recoveries + 1):
         try:
             return await _attempt(run_file, run_dir, monitor, observers, resume, replay_dir,
-                                  cache)
+                                  cache, control)
         except WorkerLost as e:
+            if monitor is not None:  # the studio's workers panel: lost, then recovered
+                monitor.workers_lost(e)
             if run_dir is None or attempt == max_recoveries:
                 raise
             for observer in observers:
@@ -277,6 +283,8 @@ def _resume_point(run_dir: RunDirectory, summary: dict[str, Any]) -> tuple[int, 
     summary["wall_s"] = float(before.get("wall_s", 0.0))  # a resumed run adds its own time
     summary["tables"] = before.get("tables", [])
     summary["resumed_from_step"] = done
+    if "forked_from" in before:  # a fork stays one, however often it is resumed
+        summary["forked_from"] = before["forked_from"]
     if partials:
         summary["resumed_answers"] = partials
     return done + 1, point[1] if point is not None else None
@@ -332,8 +340,11 @@ async def _checkpoint(run: Run, scenario: Scenario, t: int) -> None:
     for label, (cls, group) in run.groups.items():
         agents[label] = await group.map(cls.get_state)
     envs = [await service.fetch_state() for service in run.services]
+    keep = run.options.keep_checkpoints
     write_checkpoint(run.run_dir.path, t, {"scenario": scenario.get_state(), "agents": agents,
-                                           "envs": envs, "parts": dict(run.digests)})
+                                           "envs": envs, "parts": dict(run.digests)},
+                     keep=None if keep == "all" else keep,
+                     ids={label: group.ids for label, (_, group) in run.groups.items()})
 
 
 async def _restore(run: Run, scenario: Scenario, state: dict[str, Any]) -> None:
@@ -385,8 +396,8 @@ def _traffic(run: Run, since: dict[str, dict[str, int]] | None = None
 
 
 async def _step(run: Run, scenario: Scenario, t: int, summary: dict[str, Any],
-                started: float, observers: Sequence[Observer], monitor: RunMonitor | None
-                ) -> bool:
+                started: float, observers: Sequence[Observer], monitor: RunMonitor | None,
+                control: RunControl | None) -> bool:
     """Play step ``t`` and write it: its tables, a checkpoint, then the summary (which
     names the step finished only once all of it is on disk). False when a stop request
     abandoned it (nothing of it is written)."""
@@ -394,6 +405,10 @@ async def _step(run: Run, scenario: Scenario, t: int, summary: dict[str, Any],
     run._begin(t)
     for observer in observers:
         observer.step_started(t, run.steps)
+    here = run.run_dir.path if run.run_dir is not None else None
+    scheduled = control.starting(t, here) if control is not None \
+        else _interventions.read_interventions(here) if here is not None else []
+    done = await _interventions.carry_out(run, scheduled, t) if scheduled else []
     sent = _traffic(run)
     try:
         await _own(scenario.step(run, t), run.run_file, run.run_dir)
@@ -412,6 +427,8 @@ async def _step(run: Run, scenario: Scenario, t: int, summary: dict[str, Any],
         raise
     tables, body = run._finish()
     entry: dict[str, Any] = {"step": t, **body}
+    if done:  # what was changed before the step: the timeline and the report show it
+        entry["interventions"] = done
     llm = _traffic(run, since=sent)
     if llm:  # every call the step made, per model, failed ones and retries included
         entry["llm"] = llm
@@ -450,7 +467,8 @@ def _served(run_dir: Path) -> dict[str, Served]:
 
 async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
                    monitor: RunMonitor | None, observers: Sequence[Observer], resume: bool,
-                   replay: Path | None, cache: Path) -> dict[str, Any]:
+                   replay: Path | None, cache: Path, control: RunControl | None
+                   ) -> dict[str, Any]:
     started = time.perf_counter()
     o = run_file.options
     summary = _summary(run_file)
@@ -488,6 +506,8 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
             run_dir.write_config(run_file.resolved())
             if population is not None:
                 run_dir.write_profiles(population)
+            if replay is not None and not resume:  # the replayed run's, carried out again
+                _interventions.write_all(run_dir.path, _interventions.read_interventions(replay))
         if o.backend == "ray":  # a scenario file and its neighbours are not importable there
             for module in _user_modules(run_file):
                 ship_by_value(module)
@@ -508,14 +528,23 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
                     await _own(_restore(run, scenario, restored), run_file, run_dir)
                 if monitor is not None:
                     monitor.simulation_started(sim)
+                if control is not None:
+                    control.attach(run, run_dir.path if run_dir is not None else None,
+                                   start - 1)
+                    await control.serve(run, start - 1)
                 for t in range(start, o.steps + 1):
                     if run.stop_requested or not await _step(
-                            run, scenario, t, summary, started, observers, monitor):
+                            run, scenario, t, summary, started, observers, monitor,
+                            control):
                         stopped = True  # a step abandoned is never written with holes
                         break
+                    if control is not None:
+                        await control.serve(run, t)
                     if run._ended:
                         break
             finally:
+                if control is not None:
+                    control.detach()
                 for service in run.services:
                     await service.aclose()
         summary["status"] = "stopped" if stopped else "completed"

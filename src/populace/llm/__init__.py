@@ -2,7 +2,8 @@
 
 ``OpenAIModel`` talks to OpenAI-compatible servers through an ``EndpointPool``;
 ``running_server``/``serve`` run the fake OpenAI-compatible server behind ``populace serve-llm``.
-``RecordingModel``/``ReplayModel`` record every call and answer a re-run from the recording;
+``RecordingModel``/``ReplayModel`` record every call and answer a re-run from the recording
+(``read_agent_calls``: one agent's calls, through the recording's index);
 ``preflight`` checks that configured servers answer before a run starts. ``ScriptedModel``
 answers by a documented rule of the prompt, for offline runs with structure in the results.
 Clients implement one method, ``send(Request)``; :class:`Retrying`, :class:`Counted`,
@@ -38,7 +39,7 @@ from ._openai import OpenAIChat, OpenAIModel
 from ._pool import EndpointPool, EndpointStats, Lease
 from ._preflight import Served, preflight
 from ._prompt import LAYOUTS, Layout, conversation
-from ._record import RecordingModel, ReplayModel, request_key
+from ._record import RecordingModel, ReplayModel, read_agent_calls, request_key
 from ._scripted import ScriptedModel, ScriptedParams, scripted_reply
 from ._server import ServerOptions, create_app, run_batch, running_server, serve
 from ._transport import AiohttpTransport, MockTransport, Response, Transport, TransportError
@@ -90,6 +91,7 @@ __all__ = [
     "load_factory",
     "model_stats",
     "preflight",
+    "read_agent_calls",
     "request_key",
     "run_batch",
     "running_server",

@@ -9,15 +9,24 @@ re-run with the same seed asks the same questions and gets the recorded answers.
 One line per call, keys in this order (the answer fields come before the request, so that
 loading parses only them)::
 
-    {"key": "<32 hex>", "model": "qwen", "text": "…", "prompt_tokens": 7,
+    {"key": "<32 hex>", "agent": 17, "model": "qwen", "text": "…", "prompt_tokens": 7,
      "completion_tokens": 12, "latency_s": 0.214, "endpoint": "http://gpu1:8000/v1",
      "retries": 0, "time": 1717171717.123,
      "request": {"max_tokens": null, "messages": [...], "response_format": null,
                  "seed": 42, "temperature": 0.7, "top_p": null}}
 
-A failed call has ``"error": {"type": "ModelError", "message": "…"}`` in place of ``text``,
-the token counts, ``endpoint`` and ``retries``. Lines are ASCII (``\\u`` escapes), compact,
-and end in ``\\n``; a line without one was cut short by a crash and is ignored.
+``agent`` is the id of the agent that made the call (:func:`populace.core.current_agent`
+when the call began); a call made outside any agent's call has none. A failed call has
+``"error": {"type": "ModelError", "message": "…"}`` in place of ``text``, the token counts,
+``endpoint`` and ``retries``. Lines are ASCII (``\\u`` escapes), compact, and end in
+``\\n``; a line without one was cut short by a crash and is ignored.
+
+Beside ``NAME.jsonl``, ``NAME.agents`` indexes the lines that have an agent: one record per
+line, two little-endian int64s, the agent's id and the line's byte offset in the JSONL file,
+appended in the same flush right after the lines (so an index record never points at a line
+not yet written). :func:`read_agent_calls` finds one agent's calls with it without reading
+the log. A record cut short by a crash, or an offset past the end of the log, is ignored,
+and the torn record is dropped before a resumed process appends.
 """
 
 from __future__ import annotations
@@ -33,7 +42,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from populace.core import ConfigError, ModelError, RecordingMiss
+import numpy as np
+
+from populace.core import ConfigError, ModelError, RecordingMiss, current_agent
 
 from ._base import Completion, ModelClient, ModelStats, Request
 from ._wrappers import Wrapper
@@ -84,14 +95,26 @@ def request_key(model_name: str, request: Request) -> str:
 
 
 # -- recording -------------------------------------------------------------------------------
+#: One record of a ``.agents`` index: which agent made the line at which byte offset.
+_INDEX = np.dtype([("agent", "<i8"), ("offset", "<i8")])
+_NO_AGENT = -1  # buffered for a line without one; such lines are not indexed
+
+
+def _index_path(path: Path) -> Path:
+    """The ``.agents`` index beside the JSONL recording ``path``."""
+    return path.with_suffix(".agents")
+
+
 class _Sink:
-    """Lines buffered in memory and appended to one file at most every ``interval`` seconds.
+    """Lines buffered in memory and appended to one file at most every ``interval`` seconds,
+    with their index records (see the module docstring).
 
     Kept apart from :class:`RecordingModel` so that a finaliser can flush it at interpreter
     exit without keeping the model alive.
     """
 
-    __slots__ = ("_buffer", "_fd", "_loop", "_timer", "failed", "interval", "path", "written")
+    __slots__ = ("_agents", "_buffer", "_fd", "_ifd", "_loop", "_timer", "failed", "interval",
+                 "path", "written")
 
     def __init__(self, path: Path, interval: float) -> None:
         self.path = path
@@ -99,7 +122,9 @@ class _Sink:
         self.written = 0
         self.failed: OSError | None = None  # a write that failed in the timer callback
         self._buffer: list[str] = []
+        self._agents: list[int] = []  # the agent of each buffered line, or _NO_AGENT
         self._fd = -1
+        self._ifd = -1
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -120,10 +145,25 @@ class _Sink:
             raise
         self._fd = fd
 
-    def add(self, line: str) -> None:
+    def _open_index(self) -> int:
+        """The index file, opened on the first line that has an agent."""
+        if self._ifd < 0:
+            fd = os.open(_index_path(self.path), os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                torn = os.fstat(fd).st_size % _INDEX.itemsize
+                if torn:  # a record cut short by a crash: later ones must stay aligned
+                    os.ftruncate(fd, os.fstat(fd).st_size - torn)
+            except BaseException:
+                os.close(fd)
+                raise
+            self._ifd = fd
+        return self._ifd
+
+    def add(self, line: str, agent: int | None = None) -> None:
         if self.failed is not None:
             raise self.failed
         self._buffer.append(line)
+        self._agents.append(_NO_AGENT if agent is None else agent)
         if self.interval <= 0:
             self.flush()
         else:
@@ -145,14 +185,27 @@ class _Sink:
         if not self._buffer:
             return
         lines, self._buffer = self._buffer, []
+        agents, self._agents = self._agents, []
         self.open()
+        at = os.fstat(self._fd).st_size  # where the first line lands (appending)
         data = memoryview("".join(lines).encode("ascii"))
         while data:  # one write(2) in practice; loop in case it is short
             data = data[os.write(self._fd, data):]
         self.written += len(lines)
+        ids = np.array(agents, dtype=np.int64)
+        tagged = ids != _NO_AGENT
+        if tagged.any():
+            sizes = np.fromiter(map(len, lines), dtype=np.int64, count=len(lines))
+            records = np.empty(int(tagged.sum()), dtype=_INDEX)
+            records["agent"] = ids[tagged]
+            records["offset"] = (at + np.cumsum(sizes) - sizes)[tagged]
+            index = memoryview(records.tobytes())
+            fd = self._open_index()
+            while index:
+                index = index[os.write(fd, index):]
 
     def close(self) -> None:
-        """Flush and close; a later :meth:`add` reopens the file."""
+        """Flush and close; a later :meth:`add` reopens the files."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -160,8 +213,11 @@ class _Sink:
             self.flush()
         finally:
             fd, self._fd = self._fd, -1
+            ifd, self._ifd = self._ifd, -1
             if fd >= 0:
                 os.close(fd)
+            if ifd >= 0:
+                os.close(ifd)
 
 
 def _expand(path: str | os.PathLike[str]) -> Path:
@@ -232,6 +288,7 @@ class RecordingModel(Wrapper):
         return self._sink.written
 
     async def send(self, request: Request) -> Completion:
+        agent = current_agent()  # at entry: the agent's own step is running now
         # Serialised now: the caller may change its message list while the call runs.
         canonical = _canonical(request)
         key = _digest(self.name, canonical).hex()
@@ -244,27 +301,29 @@ class RecordingModel(Wrapper):
             self._calls += 1
             self._errors += 1
             head: dict[str, Any] = {
-                "key": key, "model": self.name,
+                "key": key, "agent": agent, "model": self.name,
                 "error": {"type": type(exc).__name__, "message": str(exc)},
                 "latency_s": round(time.monotonic() - start, 6),
                 "time": round(time.time(), 3),
             }
-            self._record(head, canonical)
+            self._record(head, canonical, agent)
             raise
         self._calls += 1
         head = {
-            "key": key, "model": self.name, "text": c.text,
+            "key": key, "agent": agent, "model": self.name, "text": c.text,
             "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
             "latency_s": round(c.latency_s, 6), "endpoint": c.endpoint,
             "retries": c.retries, "time": round(time.time(), 3),
         }
-        self._record(head, canonical)
+        self._record(head, canonical, agent)
         return c
 
-    def _record(self, head: dict[str, Any], request: str) -> None:
+    def _record(self, head: dict[str, Any], request: str, agent: int | None) -> None:
+        if agent is None:
+            del head["agent"]
         line = f'{json.dumps(head, separators=_COMPACT)[:-1]},"request":{request}}}\n'
         try:
-            self._sink.add(line)
+            self._sink.add(line, agent)
         except OSError as exc:
             raise ModelError(f"model {self.name!r}: cannot write the recording "
                              f"{self._sink.path}: {exc.strerror or exc}") from exc
@@ -277,10 +336,62 @@ class RecordingModel(Wrapper):
             await self.inner.aclose()
 
 
+def read_agent_calls(directory: str | os.PathLike[str], agent_id: int, *,
+                     limit: int = 50) -> list[dict[str, Any]]:
+    """The last ``limit`` LLM calls agent ``agent_id`` made, oldest first, from the
+    recordings in ``directory`` (a run's ``llm_calls/``), found through their indexes.
+
+    Each call is its line as the module docstring describes it (``request`` holds the
+    ``messages``). Reads the ``.agents`` indexes (16 bytes per call) and then only this
+    agent's lines, so it costs milliseconds beside a log of gigabytes. Recordings without an
+    index (made before it existed) are not searched; an index record that points past the
+    end of its log, or at a line that is cut short or belongs to another agent, is skipped.
+
+    >>> read_agent_calls("runs/demo/llm_calls", 17, limit=5)  # doctest: +SKIP
+    [{'key': '…', 'agent': 17, 'model': 'qwen', 'text': '…', …, 'request': {…}}]
+    """
+    if limit < 1 or not -(2**63) <= agent_id < 2**63:
+        return []
+    found: list[tuple[float, int, int, dict[str, Any]]] = []
+    for n, path in enumerate(sorted(Path(directory).glob("*.jsonl"))):
+        try:
+            records = _index_path(path).stat().st_size // _INDEX.itemsize  # (not a torn one)
+            size = path.stat().st_size
+            if not records:
+                continue
+            # mapped, not read: a tenth of the time (2 ms for 2M calls against 20)
+            index = np.memmap(_index_path(path), dtype=_INDEX, mode="r", shape=(records,))
+            offsets = np.array(index["offset"][index["agent"] == agent_id])
+            del index
+        except (OSError, ValueError):
+            continue  # no index (yet), or it went meanwhile: nothing of this file is found
+        offsets = offsets[(offsets >= 0) & (offsets < size)][-limit:]
+        if not offsets.size:
+            continue
+        with open(path, "rb") as f:
+            for offset in offsets.tolist():
+                f.seek(offset)
+                line = f.readline()
+                if not line.endswith(b"\n"):
+                    continue  # cut short by a crash
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if not isinstance(record, dict) or record.get("agent") != agent_id:
+                    continue  # not this agent's line (the log was replaced since?)
+                when = record.get("time")
+                found.append((when if isinstance(when, int | float) else 0.0, n, offset,
+                              record))
+    found.sort(key=lambda item: item[:3])
+    return [record for *_, record in found[-limit:]]
+
+
 # -- replay ----------------------------------------------------------------------------------
 _HEAD = b'{"key":"'
-_MODEL_AT = len(_HEAD) + 32  # where '","model":' starts in a line we wrote
-_MODEL_FIELD = b'","model":'
+_MODEL_AT = len(_HEAD) + 32  # where the key's closing quote is in a line we wrote
+_AGENT_FIELD = b'","agent":'  # there, in a line made by an agent: '","agent":17,"model":'
+_MODEL_FIELD = b',"model":'
 _TEXT_FIELD = b'"text":'
 _TIME_FIELD = b',"time":'
 
@@ -322,16 +433,20 @@ class _Loader:
     def load(self, path: Path) -> None:
         answers = self.answers
         model_field = self.model_field
-        text_at = _MODEL_AT + len(model_field)
         with open(path, "rb") as f:
             for line in f:
-                if not (line.startswith(_HEAD) and line.startswith(_MODEL_FIELD, _MODEL_AT)):
+                # Our own layout: decide from fixed positions (after the agent, if any).
+                if line.startswith(_AGENT_FIELD, _MODEL_AT):
+                    at = line.find(b",", _MODEL_AT + len(_AGENT_FIELD))
+                else:
+                    at = _MODEL_AT + 1 if line.startswith(b'"', _MODEL_AT) else -1
+                if not (at > 0 and line.startswith(_HEAD) and line.startswith(_MODEL_FIELD, at)):
                     if line.strip():
                         self._general(line)
                     continue
-                # Our own layout: decide from fixed positions.
-                if not line.startswith(model_field, _MODEL_AT):
+                if not line.startswith(model_field, at):
                     continue  # another model's call
+                text_at = at + len(model_field)
                 if not line.startswith(_TEXT_FIELD, text_at):
                     continue  # a failed call: nothing to answer with
                 # A quote inside a JSON string is escaped, so the first ',"time":' is the

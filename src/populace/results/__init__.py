@@ -12,6 +12,7 @@ when drawing.
 from ._checkpoint import (
     CheckpointError,
     latest_checkpoint,
+    read_agent_state,
     read_checkpoint,
     write_checkpoint,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "latest_checkpoint",
     "load_run",
     "panel_grid",
+    "read_agent_state",
     "read_checkpoint",
     "read_partial",
     "read_summary",

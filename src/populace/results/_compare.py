@@ -66,7 +66,8 @@ def comparison_rows(runs: Sequence[tuple[str, RunData]]) -> list[dict[str, Any]]
     """Per run: its label, path, status, agents, steps and ``final``: the last step's
     metrics with the run's totals (:func:`~populace.results.headline`)."""
     return [{"run": label, "path": str(run.path), "status": run.status, "agents": run.agents,
-             "steps": len(run.steps()), "final": headline(run.summary or {})}
+             "steps": len(run.steps()), "final": headline(run.summary or {}),
+             "forked_from": (run.summary or {}).get("forked_from")}
             for label, run in runs]
 
 
@@ -93,8 +94,12 @@ def compare_table(rows: Sequence[dict[str, Any]]) -> Table:
     table = terminal_table(f"{len(rows)} runs (metrics of each run's last step)")
     metrics = common_last_metrics(rows)
     shown = metrics[:TERMINAL_METRICS]
+    notes = [f"{r['run']} is forked from {Path(r['forked_from']['run']).name} after step "
+             f"{r['forked_from']['step']}" for r in rows if r.get("forked_from")]
     if len(shown) < len(metrics):
-        table.caption = f"{len(metrics) - len(shown)} more metrics in compare.html"
+        notes.append(f"{len(metrics) - len(shown)} more metrics in compare.html")
+    if notes:
+        table.caption = "; ".join(notes)
     usage = any("calls" in r["final"] for r in rows)
     table.add_column("run", overflow="fold")
     for col in ("agents", "steps", *shown, *(("calls", "tokens") if usage else ())):
@@ -106,6 +111,33 @@ def compare_table(rows: Sequence[dict[str, Any]]) -> Table:
         del cells[1]
         table.add_row(*cells)
     return table
+
+
+def _branches(runs: Sequence[tuple[str, RunData]]) -> list[dict[str, Any]]:
+    """Runs forked from another of the runs compared: step by step from the fork point,
+    each branch's metrics beside its source's (a table per fork)."""
+    by_path = {str(run.path.resolve()): (label, run) for label, run in runs}
+    out = []
+    for label, run in runs:
+        forked = (run.summary or {}).get("forked_from") or {}
+        source = by_path.get(str(forked.get("run")))
+        if source is None:
+            continue
+        at = int(forked.get("step", 0))
+        mine = {e["step"]: e for e in (run.summary or {}).get("steps", [])}
+        theirs = {e["step"]: e for e in (source[1].summary or {}).get("steps", [])}
+        names = [k for k, v in next(iter(mine.values()), {}).items()
+                 if k not in ("step", "wall_s") and isinstance(v, int | float)
+                 and not isinstance(v, bool)][:4]
+        changes = ", ".join(f"{k}={v}" for k, v in (forked.get("set") or {}).items())
+        rows = [[str(t), *(c for n in names for c in (_fmt(theirs.get(t, {}).get(n)),
+                                                     _fmt(mine[t].get(n))))]
+                for t in sorted(mine) if t > at]
+        out.append({"title": f"{label}: forked from {source[0]} after step {at}"
+                             f"{f' ({changes})' if changes else ''}",
+                    "head": ("step", *(f"{n} {who}" for n in names
+                                       for who in (source[0], label))), "rows": rows})
+    return out
 
 
 def write_comparison(run_dirs: Sequence[str | Path], out: str | Path) -> Comparison:
@@ -125,7 +157,7 @@ def write_comparison(run_dirs: Sequence[str | Path], out: str | Path) -> Compari
     head = ("run", "status", "agents", "steps", *metrics,
             *(("LLM calls", "tokens") if usage else ()))
     tables = [{"title": "Side by side (last step)", "head": head,
-               "rows": [_cells(r, metrics, usage) for r in rows]}]
+               "rows": [_cells(r, metrics, usage) for r in rows]}, *_branches(runs)]
     path = out / "compare.html"
     _html(path, f"Comparison of {len(rows)} runs", meta, None, tables, saved, captions, None)
     return Comparison(path, {n: p for n, (p, _) in saved.items()}, rows, compare_table(rows))

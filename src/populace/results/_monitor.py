@@ -11,7 +11,10 @@ updated with one ``np.histogram`` per poll over the values that came since the l
 answer latencies, errors by kind, every scalar metric of every finished step (series), the
 distributions the last finished step declared, monitored environment values, and the
 simulation's own ``statistics()`` — workers and the ``statistics()`` of their per-worker
-resources (model clients: requests, tokens, endpoints).
+resources (model clients: requests, tokens, endpoints). Each worker's process measures its
+own CPU time and resident memory (``WorkerStats``; on Ray inside the actor, so on any node);
+the monitor turns successive samples into CPU % and sums them per node, counting a process
+once however many workers it hosts (the local backend: one).
 
 The run and the studio may live in different threads. The writer only ever *replaces* what
 a reader may be holding (new arrays, new tuples, new dicts), so a snapshot needs no lock.
@@ -23,6 +26,7 @@ import collections
 import dataclasses
 import math
 import os
+import re
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,7 +36,6 @@ from typing import Any
 
 import numpy as np
 
-from populace._procmem import rss_bytes
 from populace.core import ModelError, PlaceholderSet, Simulation, SimulationStats
 from populace.llm import ModelStats, model_stats
 
@@ -41,7 +44,9 @@ Measure = Callable[[Sequence[Any]], tuple[np.ndarray, np.ndarray]]
 
 #: How a run ends (the launcher's vocabulary); before that: starting, running, stopping.
 FINISHED = frozenset({"completed", "stopped", "interrupted", "failed"})
-MAX_WORKER_ROWS = 64
+MAX_WORKER_ROWS = 16     # worker rows shown (lost ones first); the rest are counted
+MAX_NODE_ROWS = 16       # nodes with totals
+CPU_WINDOW_S = 0.4       # shortest span a process's CPU % is measured over
 MAX_STEP_ROWS = 100      # steps kept in the metric series (the latest)
 MAX_METRICS = 20         # metrics shown (the first reported); the rest are counted
 MAX_DISTRIBUTIONS = 8
@@ -109,15 +114,36 @@ class Series:
 
 @dataclass(frozen=True, slots=True)
 class WorkerRow:
+    """One worker. ``cpu_pct`` (100: one core busy) and ``rss_mb`` are those of its
+    process, as the process measured them; workers sharing a process show the same.
+    ``status``: ``alive``, ``lost`` (its attempt lost it; the run may be resuming) or
+    ``recovered`` (a worker of an attempt that resumed after a loss)."""
+
     index: int
     pid: int | None
     node: str | None
+    status: str
     agents: int
     in_flight: int
     waiting: int
     calls_done: int
     calls_failed: int
     llm_in_flight: int
+    cpu_pct: float | None
+    rss_mb: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    """Totals of one node over all its workers (not only the rows shown); CPU and memory
+    count each process once."""
+
+    node: str | None
+    workers: int
+    processes: int
+    agents: int
+    in_flight: int
+    cpu_pct: float | None
     rss_mb: float | None
 
 
@@ -195,6 +221,7 @@ class RunSnapshot:
     workers_omitted: int
     environment: Mapping[str, Any]
     tables: tuple[str, ...] = ()    # per-step tables on disk (for a run read from disk)
+    nodes: tuple[NodeRow, ...] = ()  # per node totals of the workers
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON types only (no NaN, no numpy scalars)."""
@@ -404,7 +431,14 @@ class RunMonitor:
         self._pending: list[Sequence[Any]] = []
         self._pending_errors: list[Sequence[BaseException]] = []
         self._reset_step(0, 0)
-        self._workers: tuple[WorkerRow, ...] = ()
+        self._workers: tuple[WorkerRow, ...] = ()  # the rows shown
+        self._all_workers: tuple[WorkerRow, ...] = ()
+        self._nodes: tuple[NodeRow, ...] = ()
+        self._lost: frozenset[int] = frozenset()  # workers lost, until the next attempt's start
+        self._had_loss = False
+        self._recovered = False  # the workers are those of an attempt after a loss
+        # (node, pid) -> (CPU seconds, when, CPU %) of the sample the last CPU % began at
+        self._cpu: dict[tuple[str | None, int], tuple[float, float, float | None]] = {}
         self._llm = LLMView()
         self._waiting = 0  # calls waiting on placeholders (at the last refresh)
         self._places: dict[int, tuple[int | None, str | None]] = {}
@@ -472,6 +506,8 @@ class RunMonitor:
             here = (os.getpid(), socket.gethostname())
             places = {i: here for i in range(sim.backend.n_workers)}
         self._places = places
+        self._lost = frozenset()
+        self._recovered = self._had_loss
         if not self._stop:
             self.status = "running"
         self.refresh(sim.statistics(), force=True)
@@ -530,9 +566,10 @@ class RunMonitor:
         self._ended_at = time.time()
         self._answers = None
         self._rates = (0.0, 0.0)
-        # The workers are gone: nothing is in flight any more.
-        self._workers = tuple(dataclasses.replace(w, in_flight=0, waiting=0, llm_in_flight=0)
-                              for w in self._workers)
+        # The workers are gone: nothing is in flight any more (CPU and memory stay as last
+        # measured).
+        self._show(tuple(dataclasses.replace(w, in_flight=0, waiting=0, llm_in_flight=0)
+                         for w in self._all_workers))
         llm = self._llm
         self._llm = dataclasses.replace(
             llm, in_flight=0, models=tuple(dataclasses.replace(m, in_flight=0)
@@ -540,6 +577,21 @@ class RunMonitor:
             endpoints=tuple(dataclasses.replace(e, in_flight=0) for e in llm.endpoints))
         self.status = status if status in FINISHED else \
             {"done": "completed"}.get(status, "failed")
+        self._seq += 1
+
+    def workers_lost(self, error: BaseException | str | None = None) -> None:
+        """Workers were lost (the launcher calls this for a :class:`~populace.core.WorkerLost`,
+        whether or not it resumes the run). The worker the error names (``worker 3 …``),
+        else every worker, shows as ``lost`` until the next attempt's workers are up; those
+        show as ``recovered``."""
+        found = re.search(r"\bworker (\d+)\b", str(error or ""))
+        lost = {int(found.group(1))} if found else {w.index for w in self._all_workers}
+        self._lost = self._lost | lost
+        self._had_loss = True
+        self._show(tuple(
+            dataclasses.replace(w, status="lost", in_flight=0, waiting=0, llm_in_flight=0,
+                                cpu_pct=None, rss_mb=None) if w.index in lost else w
+            for w in self._all_workers))
         self._seq += 1
 
     def set_environment(self, key: str, value: Any) -> None:
@@ -561,11 +613,15 @@ class RunMonitor:
         models: dict[str, list[int]] = {}
         endpoints: dict[str, list[Any]] = {}
         waiting = 0
-        rss_seen: dict[int, int | None] = {}
+        # (node, pid) -> (CPU %, MB): one sample per process, from the first of its workers
+        procs: dict[tuple[str | None, int], tuple[float | None, float | None]] = {}
         for w in stats.workers:
-            pid, node = self._places.get(w.index, (None, None))
-            if pid is not None and pid not in rss_seen:
-                rss_seen[pid] = rss_bytes(pid)
+            known_pid, node = self._places.get(w.index, (None, None))
+            pid = w.pid if w.pid is not None else known_pid
+            where = (node, pid) if pid is not None else None
+            if where is not None and where not in procs:
+                procs[where] = (self._cpu_pct(where, w.cpu_s, w.measured_at),
+                                round(w.rss_bytes / 2**20, 1) if w.rss_bytes else None)
             llm_in_flight = 0
             for m in model_stats(w.resources):
                 acc = models.setdefault(m.model, [0] * 8)
@@ -584,14 +640,16 @@ class RunMonitor:
                     ep[5] += e.latency_sum
                     ep[6] += e.limit
             waiting += w.waiting_on_dependencies
-            rss = rss_seen.get(pid) if pid is not None else None
-            rows.append(WorkerRow(w.index, pid, node, w.agents, w.in_flight,
+            cpu, mb = procs[where] if where is not None else (None, None)
+            status = "lost" if w.index in self._lost else \
+                "recovered" if self._recovered else "alive"
+            rows.append(WorkerRow(w.index, pid, node, status, w.agents, w.in_flight,
                                   w.waiting_on_dependencies, w.calls_done, w.calls_failed,
-                                  llm_in_flight,
-                                  round(rss / 2**20, 1) if rss is not None else None))
+                                  llm_in_flight, cpu, mb))
+        self._cpu = {k: v for k, v in self._cpu.items() if k in procs}
         total = [sum(v[k] for v in models.values()) for k in range(8)]
         self._sample(now, total[0])
-        self._workers = tuple(rows[:MAX_WORKER_ROWS])
+        self._show(tuple(rows))
         self._llm = dataclasses.replace(
             self._llm, requests=total[0], failures=total[1], in_flight=total[2],
             prompt_tokens=total[3], completion_tokens=total[4], retries=total[5],
@@ -603,7 +661,7 @@ class RunMonitor:
                 EndpointRow(e[0], e[1], e[2], e[3], e[4],
                             round(e[5] / (e[2] - e[4]), 4) if e[2] > e[4] else None, e[6])
                 for e in list(endpoints.values())[:MAX_ENDPOINTS]),
-            workers_share_memory=len(rss_seen) == 1 and len(rows) > 1)
+            workers_share_memory=0 < len(procs) < len(rows))
         self._waiting = waiting
         self._seq += 1
 
@@ -644,10 +702,36 @@ class RunMonitor:
                                   _finite(_percentile(lat, 0.99)), int(lat.sum())),
                 errors=tuple(sorted(self._kinds.items(), key=lambda kv: -kv[1])[:MAX_KINDS])),
             workers=self._workers,
-            workers_omitted=max(0, int(info.get("workers") or 0) - len(self._workers)),
-            environment=dict(self._env))
+            workers_omitted=max(0, len(self._all_workers), int(info.get("workers") or 0))
+            - len(self._workers),
+            environment=dict(self._env), nodes=self._nodes)
 
     # -- internals ---------------------------------------------------------------------------
+    def _cpu_pct(self, where: tuple[str | None, int], cpu_s: float | None,
+                 at: float | None) -> float | None:
+        """CPU % of a process (100: one core) from its own samples: over at least
+        :data:`CPU_WINDOW_S` (on Ray a sample may come back unchanged, or a few ms after
+        the last), else the last value."""
+        if cpu_s is None or at is None:
+            return None
+        last = self._cpu.get(where)
+        if last is None or at < last[1] or cpu_s < last[0]:  # first sample, or a new process
+            self._cpu[where] = (cpu_s, at, None)
+            return None
+        cpu0, at0, pct = last
+        if at - at0 >= CPU_WINDOW_S:
+            pct = round(100 * (cpu_s - cpu0) / (at - at0), 1)
+            self._cpu[where] = (cpu_s, at, pct)
+        return pct
+
+    def _show(self, rows: tuple[WorkerRow, ...]) -> None:
+        """Keep every worker's row; show the first :data:`MAX_WORKER_ROWS` (lost ones first)
+        and the totals per node."""
+        self._all_workers = rows
+        shown = sorted(rows, key=lambda w: w.status != "lost") if self._lost else rows
+        self._workers = tuple(shown[:MAX_WORKER_ROWS])
+        self._nodes = _node_totals(rows)
+
     def _reset_step(self, step: int, total: int) -> None:
         self._step = step
         self._total = total
@@ -737,6 +821,28 @@ class RunMonitor:
         if now - t0 >= 0.2:
             self._rates = (round((requests - r0) / (now - t0), 1),
                            round((answered - a0) / (now - t0), 1))
+
+
+def _node_totals(rows: Sequence[WorkerRow]) -> tuple[NodeRow, ...]:
+    acc: dict[str | None, list[Any]] = {}  # workers, processes, agents, in flight, CPU, MB
+    seen: set[tuple[str | None, int]] = set()
+    for w in rows:
+        a = acc.setdefault(w.node, [0, 0, 0, 0, None, None])
+        a[0] += 1
+        a[2] += w.agents
+        a[3] += w.in_flight
+        if w.pid is None or (w.node, w.pid) in seen:
+            continue
+        seen.add((w.node, w.pid))
+        a[1] += 1
+        if w.cpu_pct is not None:
+            a[4] = (a[4] or 0.0) + w.cpu_pct
+        if w.rss_mb is not None:
+            a[5] = (a[5] or 0.0) + w.rss_mb
+    return tuple(NodeRow(node, a[0], a[1], a[2], a[3],
+                         round(a[4], 1) if a[4] is not None else None,
+                         round(a[5], 1) if a[5] is not None else None)
+                 for node, a in list(acc.items())[:MAX_NODE_ROWS])
 
 
 def run_snapshot(run_dir: str | Path) -> RunSnapshot:

@@ -267,6 +267,34 @@ def _breakdown_tables(run: RunData) -> list[dict[str, Any]]:
     return out
 
 
+def _managed_tables(run: RunData) -> list[dict[str, Any]]:
+    """What was done to the run: interventions carried out (from the steps' entries) and
+    interviews held (``interviews.parquet``)."""
+    out = []
+    done = [[str(e["step"]), i.get("what", i.get("kind", "")), _fmt(i.get("agents"))]
+            for e in (run.summary or {}).get("steps", []) for i in e.get("interventions", ())]
+    if done:
+        out.append({"title": "Interventions", "head": ("step", "what", "agents reached"),
+                    "rows": done})
+    path = run.path / "interviews.parquet"
+    if path.is_file():
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(pa.BufferReader(path.read_bytes()))
+        held: dict[int, list[Any]] = {}
+        for r in table.select(["interview", "step", "question", "answer"]).to_pylist():
+            row = held.setdefault(r["interview"], [r["interview"], r["step"], r["question"],
+                                                   0, 0])
+            row[3] += 1
+            row[4] += r["answer"] is not None
+        out.append({"title": "Interviews (answers in interviews.parquet)",
+                    "head": ("interview", "after step", "question", "asked", "answered"),
+                    "rows": [[str(a), str(b), str(c)[:200], _fmt(d), _fmt(e)]
+                             for a, b, c, d, e in held.values()]})
+    return out
+
+
 def _point_cells(point: dict[str, Any], metrics: list[str], usage: bool) -> list[str]:
     final = point.get("final") or {}
     return [point["dir"], point["status"], _fmt(final.get("steps_done")),
@@ -368,6 +396,11 @@ def _run_report(run: RunData, extra_figures: ExtraFigures | None,
             f"{f' · scenario {run.scenario}' if run.scenario else ''}"
             f" · seed {_fmt(run.seed)}"
             f" · wall time {_fmt((run.summary or {}).get('wall_s'))} s")
+    forked = (run.summary or {}).get("forked_from")
+    if forked:
+        changes = ", ".join(f"{k}={v}" for k, v in (forked.get("set") or {}).items())
+        meta += (f" · forked from {forked.get('run')} after step {forked.get('step')}"
+                 f"{f' with {changes}' if changes else ''}")
     warning = None
     if run.status != "completed":
         warning = (f"This run is {run.status}: the report shows the {len(steps)} step(s) "
@@ -375,7 +408,8 @@ def _run_report(run: RunData, extra_figures: ExtraFigures | None,
     metrics = step_metrics(run)
     tables = [{"title": "Per step", "head": ("step", *metrics),
                "rows": _step_rows(run, metrics)}, *_breakdown_tables(run),
-              *(extra_tables(run) if extra_tables is not None else ())]
+              *(extra_tables(run) if extra_tables is not None else ()),
+              *_managed_tables(run)]
     config = yaml.safe_dump(run.config, sort_keys=False, allow_unicode=True) \
         if run.config else None
     path = run.path / "report.html"

@@ -7,12 +7,19 @@ table — the profiles, or a per-step table at one step — filtered and paged h
 browser receives one page, never a million rows. One agent's page shows its profile and,
 step by step, its rows in every table next to the run's metrics of that step.
 
+An agent's *mind* (:meth:`AgentBrowser.mind`) is what any scenario's agent holds and says:
+its state from a checkpoint (memory and other fields), its LLM calls from the run's call log
+(``llm_calls/``, found through its index), and the messages its model saw last. It reads one
+checkpoint slice and this agent's lines of the log, so it costs the same with a million
+agents as with ten.
+
 Tables are read through :class:`populace.results.RunDirectory` and kept (a few at a time)
 until the run writes another step of them.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections import OrderedDict
@@ -20,17 +27,23 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from populace.core import PopulaceError
-from populace.results import RunDirectory
+from populace.core import Msg, PopulaceError
+from populace.llm import read_agent_calls
+from populace.results import CheckpointError, RunDirectory, read_agent_state
 
 MAX_PAGE = 200
 MAX_CELL = 160           # characters of a text cell in a search result
 MAX_TEXT = 20_000        # characters of a text cell on an agent's page
 MAX_DISTINCT = 60
 MAX_AGENT_ROWS = 500     # rows of one table on an agent's page (the latest)
+MAX_CALLS = 50           # LLM calls in an agent's mind (the latest)
+MAX_ITEMS = 100          # items of a list or mapping of an agent's state shown
+MAX_DEPTH = 6            # nesting of an agent's state shown; deeper is shown as text
 PROFILES = "profiles"    # the run's profile table (one row per agent), when it has one
 _HIDDEN = ("background",)  # long text: shown on the agent's own page only
 _STEP_COLUMNS = ("step", "round")  # a per-step table's step column ("round": the game's)
@@ -227,6 +240,174 @@ class AgentBrowser:
         return {"agent_id": agent_id,
                 "profile": {k: _cell(v) for k, v in (profile or {"agent_id": agent_id}).items()},
                 "background": background, "tables": names, "steps": steps}
+
+
+    def mind(self, run: Path, agent_id: int, *, step: int | None = None,
+             live_state: Any = None, calls: int = MAX_CALLS) -> dict[str, Any]:
+        """Agent ``agent_id``'s mind, for any scenario: its profile and background, its
+        state, its latest ``calls`` LLM calls (request messages, answer or error, tokens,
+        latency, endpoint, time; oldest first) and ``conversation``, the messages of its
+        latest call: the conversation as its model saw it.
+
+        The state is ``live_state`` when given (what the agent's ``get_state()`` returns
+        in the running simulation), else the agent's in the checkpoint after ``step``
+        (default: the newest). Memory items come as role, sender and content; the other
+        keys of the state as JSON, long text and long lists cut. :class:`UnknownAgent` when
+        the run knows nothing of the agent.
+        """
+        if not _INT64[0] <= agent_id <= _INT64[1]:
+            raise UnknownAgent(f"no agent {agent_id} in this run")
+        profile, background = self._profile(run, agent_id)
+        state: dict[str, Any] | None = None
+        state_error = None
+        if live_state is not None:
+            state = {"source": "live", "step": None, "group": None, **_state(live_state)}
+        else:
+            try:
+                found = read_agent_state(run, agent_id, step)
+            except CheckpointError as e:
+                found, state_error = None, str(e)
+            if found is not None:
+                state = {"source": "checkpoint", "step": found[0], "group": found[1],
+                         **_state(found[2])}
+            elif state_error is None:
+                state_error = (f"no checkpoint after step {step} is kept" if step is not None
+                               else "no checkpoint holds this agent (yet)")
+        records = read_agent_calls(run / "llm_calls", agent_id, limit=max(1, calls) + 1)
+        more = len(records) > calls
+        shown = [_call(r) for r in records[len(records) - calls:]] if calls > 0 else []
+        asked = _questions(run, agent_id)
+        for call in shown:  # an interview's call ends with its question
+            last = call["messages"][-1] if call["messages"] else {}
+            call["interview"] = last.get("role") == "user" and last.get("content") in asked
+        steps = [c for c in shown if not c["interview"]]
+        if profile is None and state is None and not records \
+                and not self._in_tables(run, agent_id):
+            raise UnknownAgent(f"no agent {agent_id} in this run")
+        return {"agent_id": agent_id,
+                "profile": {k: _cell(v) for k, v in (profile or {"agent_id": agent_id}).items()},
+                "background": background, "state": state, "state_error": state_error,
+                "calls": shown, "more_calls": more,
+                "conversation": steps[-1]["messages"] if steps else []}
+
+    def _profile(self, run: Path, agent_id: int) -> tuple[dict[str, Any] | None, Any]:
+        """(the agent's profile row, its background), or (None, None)."""
+        try:
+            table = self._table(run, PROFILES)
+        except (FileNotFoundError, OSError, pa.ArrowInvalid):
+            return None, None
+        if "agent_id" not in table.column_names:
+            return None, None
+        found = table.filter(pc.equal(table.column("agent_id"), agent_id))
+        if not found.num_rows:
+            return None, None
+        profile = found.slice(0, 1).to_pylist()[0]
+        return profile, _cell(profile.pop("background", None), MAX_TEXT)
+
+    def _in_tables(self, run: Path, agent_id: int) -> bool:
+        """Whether a per-step table of the run has a row of the agent."""
+        for entry in self.tables(run):
+            if entry["name"] != PROFILES:
+                table = self._table(run, entry["name"])
+                if pc.any(pc.equal(table.column("agent_id"), agent_id)).as_py():
+                    return True
+        return False
+
+
+def _plain(value: Any, depth: int = 0) -> Any:
+    """``value`` as JSON: text and sequences cut, floats that JSON lacks as None, other
+    objects as their (cut) repr."""
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return _cell(value, MAX_TEXT)
+    if isinstance(value, np.generic):
+        return _plain(value.item(), depth)
+    if depth < MAX_DEPTH:
+        if isinstance(value, Mapping):
+            out = {str(k): _plain(v, depth + 1)
+                   for k, v in itertools.islice(value.items(), MAX_ITEMS)}
+            if len(value) > MAX_ITEMS:
+                out["…"] = f"{len(value) - MAX_ITEMS} more"
+            return out
+        if isinstance(value, list | tuple | np.ndarray):
+            items = [_plain(v, depth + 1) for v in value[:MAX_ITEMS]]
+            if len(value) > MAX_ITEMS:
+                items.append(f"… {len(value) - MAX_ITEMS} more")
+            return items
+    return _cell(repr(value)[:MAX_TEXT + 1], MAX_TEXT)
+
+
+def _memory_item(item: Any) -> dict[str, Any]:
+    """One memory item (``Memory.get_state``'s ``(sender, content, role, metadata)``, a
+    :class:`Msg`, or a mapping with those keys) as role, sender, content and metadata."""
+    sender: Any
+    role: Any
+    if isinstance(item, Msg):
+        sender, content, role, meta = item.sender, item.content, item.role, item.metadata
+    elif isinstance(item, Mapping):
+        sender, content = item.get("sender"), item.get("content")
+        role, meta = item.get("role"), item.get("metadata")
+    elif isinstance(item, list | tuple) and 2 <= len(item) <= 4:
+        sender, content, role, meta = (*item, None, None)[:4]
+    else:
+        return {"role": None, "sender": None, "content": _plain(item), "metadata": None}
+    return {"role": _plain(role), "sender": _plain(sender),
+            "content": _plain(content), "metadata": _plain(meta)}
+
+
+def _state(state: Any) -> dict[str, Any]:
+    """An agent's state: its ``memory`` items (the latest), and its other keys."""
+    if not isinstance(state, Mapping):
+        return {"memory": [], "memory_total": 0, "fields": {"state": _plain(state)}}
+    items = state.get("memory")
+    items = list(items) if isinstance(items, list | tuple) else []
+    fields = {str(k): _plain(v) for k, v in itertools.islice(
+        ((k, v) for k, v in state.items() if k != "memory"), MAX_ITEMS)}
+    return {"memory": [_memory_item(m) for m in items[-MAX_ITEMS:]],
+            "memory_total": len(items), "fields": fields}
+
+
+def _message(message: Any) -> dict[str, Any]:
+    if not isinstance(message, Mapping):
+        return {"role": None, "content": _plain(message)}
+    return {"role": _plain(message.get("role")), "content": _plain(message.get("content"))}
+
+
+def _questions(run: Path, agent_id: int) -> set[str]:
+    """The questions ``agent_id`` was asked in interviews (``interviews.parquet``)."""
+    path = run / "interviews.parquet"
+    if not path.is_file():
+        return set()
+    table = pq.read_table(pa.BufferReader(path.read_bytes()), columns=["agent_id", "question"])
+    mine = table.filter(pc.equal(table.column("agent_id"), agent_id))
+    return set(mine.column("question").to_pylist())
+
+
+def _call(record: Mapping[str, Any]) -> dict[str, Any]:
+    """One line of the call log as the mind shows it."""
+    request = record.get("request")
+    request = request if isinstance(request, Mapping) else {}
+    messages = request.get("messages")
+    out: dict[str, Any] = {
+        "time": _plain(record.get("time")), "model": _plain(record.get("model")),
+        "latency_s": _plain(record.get("latency_s")), "endpoint": _plain(record.get("endpoint")),
+        "retries": _plain(record.get("retries")),
+        "prompt_tokens": _plain(record.get("prompt_tokens")),
+        "completion_tokens": _plain(record.get("completion_tokens")),
+        "messages": [_message(m) for m in (messages if isinstance(messages, list) else [])],
+        "params": {k: _plain(request.get(k)) for k in ("temperature", "top_p",
+                                                        "max_tokens", "response_format")},
+        # as text: a 63-bit seed is past what a JavaScript number holds exactly
+        "seed": None if request.get("seed") is None else str(request.get("seed")),
+    }
+    if "error" in record:
+        out["error"] = _plain(record["error"])
+    else:
+        out["text"] = _plain(record.get("text"))
+    return out
 
 
 def _short(value: str, limit: int = 40) -> str:

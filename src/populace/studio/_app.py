@@ -11,6 +11,10 @@ Endpoints (all under the security rules of ``_security``)::
     GET  /api/runs/{id}/columns             the tables of agents; one's filterable columns
     GET  /api/runs/{id}/agents              one page of matching rows of one table
     GET  /api/runs/{id}/agents/{agent_id}   one agent: profile, background, rows per step
+    GET  /api/runs/{id}/agents/{agent_id}/mind?step=K
+                                            one agent's mind: its state (at checkpoint K,
+                                            default the newest), its LLM calls, the
+                                            conversation its model saw last
     GET  /api/configs                       run files the studio may start
     GET  /runs/{id}/report/                 the run's report.html (and files it links)
 
@@ -43,14 +47,17 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import populace
+from populace.launch import RunNotLive
 from populace.results import RunSnapshot, run_snapshot
 
 from ._agents import AgentBrowser, AgentQueryError, UnknownAgent
+from ._control import add_routes
 from ._runs import Damaged, NotFound, Refused, Runs
 from ._security import Guard, _refuse, is_loopback
 
 STATIC = Path(__file__).parent / "static"
 REPORT_FILES = (".html", ".png", ".svg", ".jpg", ".jpeg", ".css", ".js", ".json", ".csv")
+LIVE_READ_S = 2.0  # seconds a live agent's state may take to read before the checkpoint
 MAX_BODY = 64 * 1024  # bytes of a request body: a start request is a few dozen
 _SOURCES = ("body", "query", "path", "header", "cookie")  # the first part of an error's loc
 
@@ -223,9 +230,26 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
                    for i, t in enumerate(series.steps)}
         return agents.agent(runs.check(run_id), agent_id, metrics=metrics)
 
+    @app.get("/api/runs/{run_id}/agents/{agent_id}/mind")
+    async def mind(run_id: str, agent_id: int, step: int | None = None) -> dict[str, Any]:
+        path = runs.check(run_id)
+        live = runs.live(run_id)
+        control = live.control if live is not None else None
+        live_state = None
+        if step is None and control is not None and control.live:
+            try:  # the agent as the running simulation holds it, read beside the step
+                _, live_state = await asyncio.wait_for(
+                    asyncio.wrap_future(control.agent_state(agent_id)), LIVE_READ_S)
+            except (RunNotLive, TimeoutError, LookupError, ValueError):
+                live_state = None  # gone, busy or unknown here: the checkpoint answers
+        return await asyncio.to_thread(agents.mind, path, agent_id, step=step,
+                                       live_state=live_state)
+
     @app.get("/api/configs")
     def configs() -> list[str]:
         return runs.configs()
+
+    add_routes(app, runs, _body, _one_line)  # interviews, interventions, forks
 
     return Guard(app, token=token, loopback=loopback)
 

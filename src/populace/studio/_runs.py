@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from populace.core import ConfigError, PopulaceError
-from populace.launch import RunFile, launch, load_run_file
+from populace.launch import RunControl, RunFile, fork, launch, load_run_file
 from populace.results import RunDirectory, RunMonitor, run_snapshot
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -80,12 +80,15 @@ class LiveRun:
     monitor: RunMonitor
     thread: threading.Thread | None = None
     config: str | None = None
+    control: RunControl | None = None  # the studio's way in: agents read, asked, changed
 
 
-def _run_to_end(run: RunFile, run_dir: RunDirectory, monitor: RunMonitor) -> None:
+def _run_to_end(run: RunFile, run_dir: RunDirectory, monitor: RunMonitor,
+                control: RunControl, resume: bool) -> None:
     """Run ``run`` to its end in this thread (on an event loop of its own); the launcher
     recovers from a lost worker by resuming from the last checkpoint."""
-    asyncio.run(launch(run, run_dir, monitor=monitor))  # a scenario's bug: error.txt
+    asyncio.run(launch(run, run_dir, monitor=monitor, control=control,
+                       resume=resume))  # a scenario's bug: error.txt
 
 
 class Runs:
@@ -345,10 +348,11 @@ class Runs:
         raise Refused(f"{ref}: no such run file under {where}")
 
     # -- management --------------------------------------------------------------------------
-    def attach(self, path: str | Path, monitor: RunMonitor) -> LiveRun:
+    def attach(self, path: str | Path, monitor: RunMonitor,
+               control: RunControl | None = None) -> LiveRun:
         """Show a run that this process executes itself (``populace run --studio``)."""
         p = Path(path).resolve()
-        live = LiveRun(p.name, p, monitor)
+        live = LiveRun(p.name, p, monitor, control=control)
         monitor.run_id = p.name
         self._live[p.name] = live
         return live
@@ -356,9 +360,7 @@ class Runs:
     def start(self, ref: str, overrides: dict[str, Any] | None = None) -> LiveRun:
         """Validate run file ``ref`` (with ``overrides`` such as ``{"agents": 1000}``) and
         start it in a thread of its own; one-line :class:`Refused` errors otherwise."""
-        busy = [r.run_id for r in list(self._live.values()) if not r.monitor.finished]
-        if busy:
-            raise Refused(f"run {busy[0]} is still going; stop it before starting another")
+        self._not_busy()
         path = self.resolve_config(ref)
         given = {k: v for k, v in (overrides or {}).items() if v is not None}
         if "rounds" in given:  # the form's old name for the steps of any scenario
@@ -377,27 +379,52 @@ class Runs:
             raise Refused(f"{ref}: loading it raised {type(e).__name__}"
                           f"{f': {text}' if text else ''}{where}") from None
         self.runs_dir.mkdir(parents=True, exist_ok=True)
+        run_id = self._free_id(re.sub(r"[^A-Za-z0-9._-]+", "-", run.name).strip("-.") or "run")
+        run_dir = RunDirectory.create(self.runs_dir / run_id)
+        return self._begin(run_id, run, run_dir, self._display(path), resume=False)
+
+    def fork(self, run_id: str, step: int, sets: dict[str, Any]) -> LiveRun:
+        """Start a fork of run ``run_id`` after ``step`` with ``sets`` changed (dotted keys)
+        as a live run of its own; one-line errors (:class:`Refused`) otherwise."""
+        self._not_busy()
+        source = self.check(run_id)
+        fork_id = self._free_id(f"{run_id}-fork{step}"[:100])
+        try:
+            run = fork(source, step, sets, self.runs_dir / fork_id)
+        except ConfigError as e:
+            raise Refused(str(e)) from None
+        return self._begin(fork_id, run, RunDirectory(self.runs_dir / fork_id),
+                           f"fork of {run_id} after step {step}", resume=True)
+
+    def _not_busy(self) -> None:
+        busy = [r.run_id for r in list(self._live.values()) if not r.monitor.finished]
+        if busy:
+            raise Refused(f"run {busy[0]} is still going; stop it before starting another")
+
+    def _free_id(self, base: str) -> str:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        base = re.sub(r"[^A-Za-z0-9._-]+", "-", run.name).strip("-.") or "run"
         for k in range(1, 1000):
             run_id = f"{base}-{stamp}" + (f"-{k}" if k > 1 else "")
             if not (self.runs_dir / run_id).exists() and run_id not in self._live:
-                break
-        else:  # pragma: no cover - a thousand runs of one name in one second
-            raise Refused("cannot find a free run directory name")
-        run_dir = RunDirectory.create(self.runs_dir / run_id)
+                return run_id
+        raise Refused("cannot find a free run directory name")  # pragma: no cover
+
+    def _begin(self, run_id: str, run: RunFile, run_dir: RunDirectory, config: str,
+               *, resume: bool) -> LiveRun:
         monitor = RunMonitor(run_id=run_id)
-        live = LiveRun(run_id, run_dir.path.resolve(), monitor, config=self._display(path))
-        live.thread = threading.Thread(target=self._execute, args=(run, run_dir, monitor),
+        live = LiveRun(run_id, run_dir.path.resolve(), monitor, config=config,
+                       control=RunControl())
+        live.thread = threading.Thread(target=self._execute,
+                                       args=(run, run_dir, monitor, live.control, resume),
                                        name=f"populace-run-{run_id}", daemon=True)
         self._live[run_id] = live
         live.thread.start()
         return live
 
-    def _execute(self, run: RunFile, run_dir: RunDirectory,
-                 monitor: RunMonitor) -> None:
+    def _execute(self, run: RunFile, run_dir: RunDirectory, monitor: RunMonitor,
+                 control: RunControl, resume: bool) -> None:
         try:
-            _run_to_end(run, run_dir, monitor)
+            _run_to_end(run, run_dir, monitor, control, resume)
         except (PopulaceError, OSError, ValueError) as e:  # expected: a bad server, a full disk
             monitor.run_finished("failed", f"{type(e).__name__}: {e}")
         except Exception as e:  # the scenario's code, or a bug: keep the studio up

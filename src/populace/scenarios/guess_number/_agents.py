@@ -10,6 +10,7 @@ from typing import Any
 
 from populace.core import Agent, Msg, Profile, seed_for
 from populace.environment import EnvVerbs, Op
+from populace.launch import INTERVIEWER
 from populace.llm import ChatMessage, Layout, ModelClient, conversation
 
 from ._prompts import (
@@ -98,11 +99,7 @@ class Participant(Agent):
             about = persona(self.profile, rules.attributes)
             if "{" in prompt:  # per-agent fields the moderator left for us
                 prompt = prompt.format_map({a: self.profile[a] for a in rules.attributes})
-        history: list[ChatMessage] = []
-        if keep and self._memory is not None:
-            for m in list(self._memory)[-keep:]:
-                role = "assistant" if m.sender == self.id else "user"
-                history.append({"role": role, "content": str(m.content)})
+        history = self._history(keep)
         if self.protocol == "direct":
             prompt += ANSWER_FORMAT
         elif self.protocol == "structured":
@@ -113,6 +110,23 @@ class Participant(Agent):
             return conversation(prompt, "", persona=about, history=history,
                                 layout="persona_first")
         return conversation(prompt, TURN, persona=about, history=history)
+
+    def _history(self, keep: int) -> list[ChatMessage]:
+        """The last ``keep`` memories as turns: my answers, the moderator's results."""
+        history: list[ChatMessage] = []
+        if keep and self._memory is not None:
+            for m in list(self._memory)[-keep:]:
+                role = "assistant" if m.sender == self.id else "user"
+                history.append({"role": role, "content": str(m.content)})
+        return history
+
+    def interview_messages(self, question: str) -> list[ChatMessage]:
+        """What an interviewer's ``question`` shows my model: the interviewer's
+        instruction, my persona as the game states it, the rounds I remember."""
+        about = persona(self.profile, self.rules.attributes) if self.rules.attributes \
+            else None
+        return conversation(INTERVIEWER, question, persona=about,
+                            history=self._history(len(self._memory or ())))
 
     async def reply(self, msg: Msg) -> Msg:
         rules = self.rules

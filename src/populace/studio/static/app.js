@@ -225,6 +225,11 @@ function runView(id) {
   el.updates = h("span", { id: "updates", class: "muted", "data-n": 0 });
   el.error = h("p", { class: "error", id: "run-error" });
   el.answersCaption = h("div", { class: "muted", id: "answers-caption" });
+  // Managing the run: read when the view opens and when a step ends, never streamed.
+  let marks = new Map(), lastSeries = null;
+  const fork = forkPanel(id);
+  const interviews = interviewPanel(id);
+  const interventions = intervenePanel(id, (m) => { marks = m; if (lastSeries) renderMetrics(lastSeries); });
   setView(
     h("section", { class: "card" },
       h("div", { class: "row" }, el.title, el.status, h("span", { class: "spacer" }), el.links, el.report, el.stop),
@@ -235,11 +240,13 @@ function runView(id) {
       box("states", "Agents by state"),
       box("answers", "Answers this step", el.answersCaption)),
     box("metrics", "Metrics per step"),
+    h("div", { class: "grid", id: "manage" }, interviews.node, interventions.node),
     box("distributions", "Distributions"),
     h("div", { class: "grid" },
       box("llm", "LLM"),
       box("workers", "Workers")),
     box("env", "Environment"));
+  document.getElementById("metrics-card").append(fork.node);
   el.stop.addEventListener("click", async () => {
     el.stop.disabled = true;
     try {
@@ -276,6 +283,7 @@ function runView(id) {
     renderAnswers(snap.answers || {}, snap.live);
     renderMetrics(snap.series || {});
     renderDistributions(snap.distributions || {});
+    for (const panel of [interviews, interventions, fork]) panel.update(snap);
     renderLLM(snap.llm || {});
     renderWorkers(snap);
     const env = Object.entries(snap.environment || {});
@@ -301,17 +309,23 @@ function runView(id) {
     el.answersCaption.textContent = `step ${a.step || "–"}: ${num(a.n)} numbers, ${num(a.missing)} other · mean ${val(a.mean)} · std ${val(a.std)}`;
   }
 
+  let metricsKey = "";
   function renderMetrics(series) {
+    lastSeries = series;
+    const key = JSON.stringify([series, [...marks]]);
+    if (key === metricsKey) return; // unchanged: the table and its Fork buttons stay put
+    metricsKey = key;
     const steps = series.steps || [], metrics = Object.entries(series.metrics || {});
     if (!steps.length) {
       el.metrics.replaceChildren(h("p", { class: "muted" }, "No step finished yet."));
       return;
     }
-    const rows = steps.map((t, i) => ({ cells: [t, ...metrics.map(([k, v]) => (k === "wall_s" ? secs(v[i]) : val(v[i])))] }));
+    const rows = steps.map((t, i) => ({ cells: [t, ...metrics.map(([k, v]) => (k === "wall_s" ? secs(v[i]) : val(v[i]))),
+      stepCell(t, marks, fork)] }));
     el.metrics.replaceChildren(
       h("div", { class: "sparks", id: "metric-charts" }, metrics.map(([k, v]) => spark(k, steps, v))),
       series.omitted ? h("p", { class: "muted" }, `${series.omitted} more metrics not shown`) : "",
-      h("div", { class: "steps-table" }, table(["step", ...metrics.map(([k]) => k)], rows,
+      h("div", { class: "steps-table" }, table(["step", ...metrics.map(([k]) => k), ""], rows,
         { id: "metrics-table", numeric: metrics.map((_, i) => i + 1) })));
   }
 
@@ -358,19 +372,41 @@ function runView(id) {
     el.llm.replaceChildren(...parts);
   }
 
+  const BIG = new Intl.NumberFormat("en-US", { notation: "compact", maximumFractionDigits: 2 });
   function renderWorkers(snap) {
     const rows = snap.workers || [];
     if (!rows.length) {
       el.workers.replaceChildren(h("p", { class: "muted" }, snap.live ? "Workers are starting…" : "Worker statistics are shown while a run is live."));
       return;
     }
-    const shared = snap.llm && snap.llm.workers_share_memory;
-    el.workers.replaceChildren(table(
-      ["#", "pid", "node", "agents", "in flight", "waiting", "done", "failed", "LLM calls", shared ? "memory (shared)" : "memory"],
-      rows.map((w) => ({ cells: [w.index, w.pid ?? "–", w.node ?? "–", num(w.agents), num(w.in_flight), num(w.waiting),
-        num(w.calls_done), num(w.calls_failed), num(w.llm_in_flight), w.rss_mb === null ? "–" : `${num(Math.round(w.rss_mb))} MB`] })),
-      { id: "workers-table", numeric: [3, 4, 5, 6, 7, 8, 9] }),
-    snap.workers_omitted ? h("p", { class: "muted" }, `${snap.workers_omitted} more workers not shown`) : "");
+    // CPU and memory are each process's own measurement; 100% is one core.
+    const cpu = (x) => (x === null || x === undefined ? "–" : `${x < 10 ? Number(x).toFixed(1) : num(Math.round(x))}%`);
+    const mb = (x) => (x === null || x === undefined ? "–" : x < 1000 ? `${Math.round(x)} MB` :
+      x < 102400 ? `${(x / 1024).toFixed(1)} GB` : `${num(Math.round(x / 1024))} GB`);
+    const node = (n) => (n ? h("span", { class: "node", title: n }, n.length > 8 ? `${n.slice(0, 6)}…` : n) : "–");
+    // Millions in short (1.2M), exact on hover: the table fits half the page at 1280 px.
+    const big = (x) => (x >= 1e6 ? h("span", { title: num(x) }, BIG.format(x)) : num(x));
+    const inFlight = (w) => h("span", { title: `${num(w.llm_in_flight)} LLM calls in flight · ${num(w.waiting)} calls waiting on placeholders` }, big(w.in_flight));
+    const failed = rows.some((w) => w.calls_failed); // a column only when there are failures
+    const list = table(
+      ["#", "node", "pid", "status", "agents", "in flight", "done", ...(failed ? ["failed"] : []), "CPU", "memory"],
+      rows.map((w) => ({ cells: [w.index, node(w.node), w.pid ?? "–", h("span", { class: `wstatus ${w.status}` }, w.status),
+        big(w.agents), inFlight(w), big(w.calls_done), ...(failed ? [h("span", { class: w.calls_failed ? "bad" : null }, big(w.calls_failed))] : []),
+        cpu(w.cpu_pct), mb(w.rss_mb)] })),
+      { id: "workers-table", numeric: failed ? [4, 5, 6, 7, 8, 9] : [4, 5, 6, 7, 8] });
+    // One line per node, broken only between its parts.
+    const plural = (k, one, many) => `${num(k)} ${k === 1 ? one : many}`;
+    const nodes = (snap.nodes || []).map((n) => h("div", { class: "node-total", "data-node": n.node ?? "" },
+      [h("span", null, h("b", null, "node "), node(n.node)),
+        plural(n.workers, "worker", "workers") + (n.processes !== n.workers ? ` in ${plural(n.processes, "process", "processes")}` : ""),
+        `${num(n.agents)} agents`, `${num(n.in_flight)} in flight`, `CPU ${cpu(n.cpu_pct)}`, `memory ${mb(n.rss_mb)}`]
+        .map((part, i) => [i ? " · " : "", h("span", { class: "part" }, part)])));
+    const notes = [
+      snap.workers_omitted ? `${num(snap.workers_omitted)} more workers not shown (the node totals count them)` : "",
+      snap.llm && snap.llm.workers_share_memory ? "Workers sharing a process show its CPU and memory on each row; the totals count it once." : "",
+      "CPU: % of one core, as each process measures itself."].filter(Boolean);
+    el.workers.replaceChildren(list, h("div", { id: "workers-nodes" }, nodes),
+      h("div", { class: "muted", id: "workers-notes" }, notes.join(" ")));
   }
 
   const es = new EventSource(`/api/runs/${enc(id)}/events`);
@@ -503,6 +539,8 @@ async function agentView(id, agentId) {
     return;
   }
   const profile = Object.entries(a.profile);
+  const ask = interviewPanel(id, agentId);
+  api(`/api/runs/${enc(id)}`).then(ask.update).catch(() => {});
   const steps = a.steps.map((st) => h("div", { class: "step", "data-step": st.step },
     h("div", { class: "row" }, h("b", null, `Step ${st.step}`)),
     Object.entries(st.rows).map(([name, rows]) => [
@@ -514,8 +552,371 @@ async function agentView(id, agentId) {
     h("section", { class: "card" }, h("h2", { id: "agent-title" }, `Agent ${a.agent_id}`),
       table(["attribute", "value"], profile.map(([k, v]) => ({ cells: [k, v === null ? "–" : String(v)] })), { id: "profile-table" })),
     a.background ? h("section", { class: "card" }, h("h3", null, "Background"), h("pre", { id: "background" }, a.background)) : "",
+    mindPanel(id, agentId), ask.node,
     h("section", { class: "card", id: "steps" }, h("h3", null, `Steps (${a.steps.length})` + (a.tables.length ? ` · ${a.tables.join(", ")}` : "")),
       steps.length ? steps : h("p", { class: "muted" }, "No finished step yet.")));
+}
+
+// -- managing a run: interview, intervene, fork; an agent's mind ---------------------------
+// Each control shows the server's one-line error beside itself. Nothing here is pushed by
+// the live stream: the run view's updates only say when a step has ended, and the panels
+// then read their lists again.
+
+// A labelled input.
+const field = (label, input, opts = {}) => h("label", { class: `field${opts.wide ? " wide" : ""}` },
+  h("span", null, label), input);
+
+// "7, 42 9" → [7, 42, 9]; a word that is not an id is an error the form shows.
+function agentIds(text) {
+  return text.split(/[\s,]+/).filter(Boolean).map((x) => {
+    if (!/^\d+$/.test(x)) throw new Error(`agent ids: ${x.slice(0, 20)} is not an agent id`);
+    return Number(x);
+  });
+}
+
+// A JSON value as typed, else the text itself ("Round 2 was cancelled." needs no quotes).
+function jsonOrText(text) {
+  const t = text.trim();
+  try { return JSON.parse(t); } catch (e) { return t; }
+}
+
+// "game.ratio=0.5 seed=3", or one key=value a line (values may then hold spaces).
+function parseSets(text) {
+  const out = {};
+  for (const line of text.split("\n").map((l) => l.trim()).filter(Boolean)) {
+    const words = line.split(/\s+/);
+    for (const part of words.every((w) => w.includes("=")) ? words : [line]) {
+      const at = part.indexOf("=");
+      if (at < 1) throw new Error(`changes: ${part.slice(0, 40)} is not key=value (e.g. game.ratio=0.5)`);
+      out[part.slice(0, at).trim()] = jsonOrText(part.slice(at + 1));
+    }
+  }
+  return out;
+}
+
+// Whom to reach: agent ids, a profile query, a sample of either (or of everyone).
+function whom(prefix, everyone) {
+  const agents = h("input", { id: `${prefix}-agents`, placeholder: "e.g. 7, 42" });
+  const where = h("input", { id: `${prefix}-where`, placeholder: 'e.g. profession == "artist"' });
+  const sample = h("input", { id: `${prefix}-sample`, type: "number", min: 1, placeholder: everyone });
+  return {
+    nodes: [field("agent ids", agents), field("profile query", where, { wide: true }), field("sample of", sample)],
+    read() {
+      const out = {};
+      if (agents.value.trim()) out.agents = agentIds(agents.value);
+      if (where.value.trim()) out.where = where.value.trim();
+      if (sample.value) out.sample = parseInt(sample.value, 10);
+      return out;
+    },
+  };
+}
+
+const tokens = (r) => (r.prompt_tokens === null || r.prompt_tokens === undefined ? "–" : `${num(r.prompt_tokens)} / ${num(r.completion_tokens)}`);
+const agentLink = (id, agent) => h("a", { href: `#/run/${enc(id)}/agent/${agent}` }, String(agent));
+const answerCell = (r) => (r.error ? h("span", { class: "error-text" }, r.error) : h("div", { class: "answer" }, r.answer ?? "–"));
+
+// Interview: a form, the answers of the last question, the run's earlier interviews. With
+// `agent`, the agent page's shortcut: that one agent, and its own earlier answers.
+function interviewPanel(id, agent) {
+  const p = agent === undefined ? "iv" : "aiv";
+  const question = h("textarea", { id: `${p}-question`, rows: 2, maxlength: 2000,
+                                   placeholder: "e.g. How did you choose your number?" });
+  const who = agent === undefined ? whom(p, "all") : null;
+  const step = h("input", { id: `${p}-step`, type: "number", min: 0, placeholder: "latest" });
+  const stepField = field("at step", step);
+  const ask = h("button", { id: `${p}-ask`, type: "submit" }, agent === undefined ? "Ask" : `Ask agent ${agent}`);
+  const status = h("span", { class: "muted", id: `${p}-status` });
+  const error = h("p", { class: "error", id: `${p}-error` });
+  const answers = h("div", { id: `${p}-answers` });
+  const history = h("div", { id: `${p}-history` });
+  const form = h("form", { class: "manage-form", id: `${p}-form` },
+    field("question", question, { wide: true }), who ? who.nodes : null, stepField,
+    h("div", { class: "row actions" }, ask, status));
+  let isLive = false;
+
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    error.textContent = "";
+    let body;
+    try {
+      body = { question: question.value.trim(), ...(who ? who.read() : { agents: [Number(agent)] }) };
+      if (step.value && !stepField.hidden) body.step = parseInt(step.value, 10);
+    } catch (e) {
+      error.textContent = e.message;
+      return;
+    }
+    ask.disabled = true;
+    status.textContent = isLive && body.step === undefined ? "asking, after the step in progress…" : "asking, from the checkpoint…";
+    try {
+      const r = await api(`/api/runs/${enc(id)}/interviews`, { json: body });
+      if (r.queued) {
+        status.textContent = `queued: the answers come after step ${r.after_step} and appear below`;
+      } else {
+        status.textContent = `interview ${r.interview}: ${num(r.rows.length)} answer(s)`;
+        answers.replaceChildren(table(["agent", "answer", "step", "source", "tokens in / out", "latency"],
+          r.rows.map((x) => ({ cells: [agentLink(id, x.agent_id), answerCell(x), x.step, x.source, tokens(x), secs(x.latency_s)] })),
+          { id: `${p}-answers-table`, numeric: [2, 4, 5] }));
+      }
+    } catch (e) {
+      status.textContent = "";
+      error.textContent = e.message;
+    } finally {
+      ask.disabled = false;
+    }
+    refresh();
+  });
+
+  async function refresh() {
+    try {
+      const r = await api(`/api/runs/${enc(id)}/interviews`);
+      const rows = agent === undefined ? r.rows : r.rows.filter((x) => String(x.agent_id) === String(agent));
+      history.replaceChildren(...!rows.length ? [h("p", { class: "muted" }, agent === undefined ? "No interviews yet." : "Not interviewed yet.")] : [
+        h("div", { class: "msg-label" }, agent === undefined
+          ? `earlier interviews: ${num(r.total)} answer(s)` + (r.total > r.rows.length ? `, the latest ${num(r.rows.length)} shown` : "")
+          : "earlier answers"),
+        h("div", { class: "manage-list" }, table(["#", "step", "agent", "question", "answer", "latency"],
+          rows.map((x) => ({ cells: [x.interview, x.step, agentLink(id, x.agent_id), h("div", { class: "answer" }, x.question), answerCell(x), secs(x.latency_s)] })),
+          { id: `${p}-history-table`, numeric: [0, 1, 5] }))]);
+    } catch (e) {
+      history.replaceChildren(h("p", { class: "error" }, e.message));
+    }
+  }
+
+  // From the run's snapshot: a live run is asked between its steps (no step to choose); a
+  // step's end may bring the answers of a queued interview.
+  let stepsDone = null;
+  function update(snap) {
+    isLive = Boolean(snap.live && !snap.finished);
+    stepField.hidden = isLive;
+    if (stepsDone !== null && snap.steps_done !== stepsDone) refresh();
+    stepsDone = snap.steps_done;
+  }
+  refresh();
+  const title = agent === undefined ? "Interview" : "Interview this agent";
+  const node = h("section", { class: "card", id: `${p}-card` }, h("h3", null, title),
+    h("p", { class: "muted" }, agent === undefined
+      ? "Ask agents a question, answered with their own model, persona and memory. A live run is asked between its steps; a finished one from a step's checkpoint. Interviews never change the run."
+      : "Answered with its model, persona and memory; never changes the run."),
+    form, error, answers, history);
+  return { node, update, refresh };
+}
+
+// Intervene: schedule a message or an environment change for the next step of a live run,
+// and list what was scheduled and carried out. `onMarks(map)`: step → what was done then.
+function intervenePanel(id, onMarks) {
+  const kind = h("select", { id: "ix-kind" }, h("option", { value: "message" }, "a message to agents"),
+    h("option", { value: "environment" }, "an environment change"));
+  const text = h("textarea", { id: "ix-text", rows: 2, maxlength: 4000, placeholder: "e.g. Breaking news: the winning number was 90." });
+  const who = whom("ix", "all");
+  const key = h("input", { id: "ix-key", placeholder: "e.g. announcement" });
+  const value = h("input", { id: "ix-value", placeholder: 'JSON, or text: "Round 2 was cancelled."' });
+  const env = h("input", { id: "ix-env", placeholder: "optional" });
+  const message = h("div", { class: "fields" }, field("message", text, { wide: true }), who.nodes);
+  const change = h("div", { class: "fields", hidden: true }, field("key", key), field("value", value, { wide: true }),
+    field("child environment", env));
+  kind.addEventListener("change", () => { message.hidden = kind.value !== "message"; change.hidden = kind.value === "message"; });
+  const submit = h("button", { id: "ix-submit", type: "submit" }, "Schedule for the next step");
+  const status = h("span", { class: "muted", id: "ix-status" });
+  const error = h("p", { class: "error", id: "ix-error" });
+  const form = h("form", { class: "manage-form", id: "ix-form", hidden: true },
+    field("what", kind), message, change, h("div", { class: "row actions" }, submit, status));
+  const note = h("p", { class: "muted", id: "ix-note" });
+  const list = h("div", { id: "ix-list" });
+  let stepsDone = 0, isLive = false, rows = [];
+
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    error.textContent = "";
+    let body;
+    try {
+      body = kind.value === "message" ? { kind: "message", text: text.value.trim(), ...who.read() }
+        : { kind: "environment", key: key.value.trim(), value: jsonOrText(value.value), ...(env.value.trim() ? { env: env.value.trim() } : {}) };
+    } catch (e) {
+      error.textContent = e.message;
+      return;
+    }
+    submit.disabled = true;
+    try {
+      const r = await api(`/api/runs/${enc(id)}/interventions`, { json: body });
+      status.textContent = `scheduled for step ${r.intervention.step}: ${r.intervention.what}`;
+    } catch (e) {
+      error.textContent = e.message;
+    } finally {
+      submit.disabled = false;
+    }
+    refresh();
+  });
+
+  function draw() {
+    const state = (x) => (x.pending || (x.pending === undefined && x.step > stepsDone)
+      ? h("span", { class: "marker pending" }, isLive ? "scheduled" : "not reached") : h("span", { class: "marker" }, "carried out"));
+    list.replaceChildren(!rows.length ? h("p", { class: "muted" }, "No interventions.") :
+      h("div", { class: "manage-list" }, table(["step", "kind", "what", ""], rows.map((x) => ({
+        cells: [x.step, x.kind, h("div", { class: "answer" }, x.what), state(x)] })), { id: "ix-table", numeric: [0] })));
+    const marks = new Map();
+    for (const x of rows) {
+      if (x.pending || x.step > stepsDone) continue;
+      marks.set(x.step, [...(marks.get(x.step) || []), x.what]);
+    }
+    onMarks(marks);
+  }
+
+  async function refresh() {
+    try {
+      const r = await api(`/api/runs/${enc(id)}/interventions`);
+      rows = r.interventions;
+      draw();
+    } catch (e) {
+      list.replaceChildren(h("p", { class: "error" }, e.message));
+    }
+  }
+
+  function update(snap) {
+    const nowLive = Boolean(snap.live && !snap.finished);
+    const changed = snap.steps_done !== stepsDone || nowLive !== isLive;
+    stepsDone = snap.steps_done || 0;
+    isLive = nowLive;
+    form.hidden = !isLive;
+    note.textContent = isLive
+      ? `Carried out at the start of step ${stepsDone + 1} (or the next one to start), before the scenario's step; kept in the run directory, so a resume or a fork does it again.`
+      : "Interventions go to the next step of a live run; to change what comes after a finished step, fork it (the steps table).";
+    if (changed) refresh(); // what was pending may have been carried out
+  }
+  refresh();
+  const node = h("section", { class: "card", id: "intervene-card" }, h("h3", null, "Intervene"), note, form, error, list);
+  return { node, update, refresh };
+}
+
+// Fork: the steps table's "Fork" opens this form for its step; it starts a new live run.
+function forkPanel(id) {
+  const stepText = h("b", { id: "fork-step" });
+  const sets = h("textarea", { id: "fork-set", rows: 1, placeholder: "optional changes: game.ratio=0.5 seed=3 (one key=value a line when values hold spaces)" });
+  const submit = h("button", { id: "fork-submit", type: "submit" }, "Start the fork");
+  const cancel = h("button", { type: "button", class: "plain", onclick: () => { form.hidden = true; error.textContent = ""; } }, "Cancel");
+  const error = h("p", { class: "error", id: "fork-error" });
+  const note = h("p", { class: "muted", id: "fork-note" });
+  let step = null;
+  const form = h("form", { class: "manage-form fork", id: "fork-form", hidden: true },
+    h("div", { class: "row" }, h("span", null, "Fork from step "), stepText),
+    field("changes", sets, { wide: true }), h("div", { class: "row actions" }, submit, cancel), note, error);
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    error.textContent = "";
+    let body;
+    try {
+      body = { step, set: parseSets(sets.value) };
+    } catch (e) {
+      error.textContent = e.message;
+      return;
+    }
+    submit.disabled = true;
+    try {
+      const r = await api(`/api/runs/${enc(id)}/fork`, { json: body });
+      location.hash = `#/run/${enc(r.id)}`;
+    } catch (e) {
+      error.textContent = e.message;
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  let isLive = false;
+  return {
+    node: form,
+    open(t) {
+      step = t;
+      stepText.textContent = String(t);
+      error.textContent = "";
+      note.textContent = "A new run: this one's config with the changes (dotted keys of its config.yaml, values as JSON or text), its agents as they were after this step, then the steps after it." +
+        (isLive ? " The studio plays one run at a time: stop this one first." : "");
+      form.hidden = false;
+      sets.focus();
+    },
+    update(snap) { isLive = Boolean(snap.live && !snap.finished); },
+  };
+}
+
+// The steps table's last cell: interventions carried out at that step, and "Fork".
+function stepCell(t, marks, fork) {
+  const done = marks.get(t) || [];
+  return h("span", { class: "step-actions" },
+    done.length ? h("span", { class: "marker", title: done.join("\n"), "data-step": t }, `⚑ ${done.length}`) : null,
+    h("button", { class: "plain small fork-button", type: "button", title: `Fork a new run from step ${t}`,
+                  "data-step": t, onclick: () => fork.open(t) }, "Fork"));
+}
+
+// An agent's mind: profile, background, memory, its latest conversation and its LLM calls,
+// read when asked (at a step, for a finished run's checkpoints).
+function mindPanel(id, agentId) {
+  const step = h("input", { id: "mind-step", type: "number", min: 0, placeholder: "latest" });
+  const load = h("button", { id: "mind-load", type: "submit" }, "Read");
+  const error = h("p", { class: "error", id: "mind-error" });
+  const body = h("div", { id: "mind" });
+  const form = h("form", { class: "row", id: "mind-form" }, field("at step", step), load);
+  form.addEventListener("submit", (ev) => { ev.preventDefault(); read(); });
+
+  const kvTable = (obj, tid) => table(["attribute", "value"], Object.entries(obj || {}).map(([k, v]) => ({
+    cells: [k, v === null ? "–" : typeof v === "object" ? JSON.stringify(v) : String(v)] })), { id: tid });
+  const message = (m) => h("div", { class: `msg ${m.role || ""}` }, h("div", { class: "msg-label" }, m.role || "message"),
+    h("pre", null, typeof m.content === "string" ? m.content : JSON.stringify(m.content, null, 1)));
+
+  async function read() {
+    error.textContent = "";
+    load.disabled = true;
+    try {
+      const q = step.value ? `?step=${enc(step.value)}` : "";
+      show(await api(`/api/runs/${enc(id)}/agents/${enc(agentId)}/mind${q}`));
+    } catch (e) {
+      error.textContent = e.message;
+    } finally {
+      load.disabled = false;
+    }
+  }
+
+  // The mind's JSON (AgentBrowser.mind): profile, background, state (memory, fields),
+  // calls (oldest first) and conversation (the messages of the latest call).
+  function show(m) {
+    const st = m.state;
+    const parts = [h("div", { class: "muted", id: "mind-source" }, st
+      ? (st.source === "live" ? "as the running simulation holds it" : `from the checkpoint after step ${st.step}`) + (st.group ? ` · ${st.group}` : "")
+      : m.state_error || "no state")];
+    const about = Object.entries(m.profile || {}).filter(([k]) => k !== "agent_id");
+    if (about.length || m.background) {
+      parts.push(h("details", { class: "about" }, h("summary", null, "profile" + (m.background ? " and background" : "")),
+        about.length ? kvTable(Object.fromEntries(about), "mind-profile") : null,
+        m.background ? h("pre", { id: "mind-background" }, m.background) : null));
+    }
+    const fields = Object.entries((st && st.fields) || {});
+    if (fields.length) parts.push(h("div", { class: "msg-label" }, "state"), kvTable(Object.fromEntries(fields), "mind-fields"));
+    const memory = (st && st.memory) || [];
+    parts.push(h("div", { class: "msg-label" }, `memory (${num(st ? st.memory_total : 0)} item(s)` +
+      (st && st.memory_total > memory.length ? `, the latest ${num(memory.length)}` : "") + ")"),
+      memory.length ? h("ol", { class: "memory", id: "mind-memory" }, memory.map((x) => h("li", { class: x.role || "" },
+        h("small", { class: "muted" }, [x.role, x.sender !== null && x.sender !== undefined ? `from ${x.sender}` : null].filter(Boolean).join(" · ") + " "),
+        typeof x.content === "string" ? x.content : JSON.stringify(x.content))))
+        : h("p", { class: "muted" }, st ? "Nothing in memory." : ""));
+    const convo = m.conversation || [];
+    parts.push(h("div", { class: "msg-label" }, "conversation: the messages of its latest LLM call"),
+      convo.length ? h("div", { class: "conversation", id: "mind-conversation" }, convo.map(message))
+        : h("p", { class: "muted" }, "No call recorded (dummy models are not recorded)."));
+    const calls = (m.calls || []).slice().reverse();
+    parts.push(h("div", { class: "msg-label" }, `LLM calls: ${num(calls.length)}` + (m.more_calls ? ", the latest (more in llm_calls/)" : "") + ", newest first"),
+      calls.length ? h("div", { class: "manage-list", id: "mind-calls" }, calls.map((c, i) => h("details", { class: "call", "data-call": i },
+        h("summary", null, [when(c.time), c.model, `${num(c.prompt_tokens)} in / ${num(c.completion_tokens)} out`, secs(c.latency_s),
+          c.retries ? `${num(c.retries)} retries` : null,
+          c.error ? h("span", { class: "error-text" }, String(c.error)) : h("span", { class: "call-answer" }, String(c.text ?? "").slice(0, 100))]
+          .filter((x) => x !== null && x !== undefined).map((x, k) => [k ? " · " : "", x])),
+        h("div", { class: "msg-label" }, "request"), (c.messages || []).map(message),
+        c.text !== undefined ? [h("div", { class: "msg-label" }, "answer"), h("pre", null, String(c.text ?? ""))] : null,
+        h("div", { class: "muted call-params" }, Object.entries({ ...(c.params || {}), seed: c.seed })
+          .filter(([, v]) => v !== null && v !== undefined)
+          .map(([k, v]) => `${k} ${typeof v === "object" ? JSON.stringify(v) : v}`).join(" · ") + (c.endpoint ? ` · ${c.endpoint}` : "") + (c.interview ? " · interview" : "")))))
+        : h("p", { class: "muted" }, "None recorded for this agent."));
+    body.replaceChildren(...parts);
+  }
+  read();
+  return h("section", { class: "card", id: "mind-card" }, h("h3", null, "Mind"),
+    h("p", { class: "muted" }, "What the agent holds: in a live run its state now, read from its worker; else after a step (by default the newest checkpoint). Its memory and other state, the messages of its latest LLM call of a step (interviews aside) and its calls."),
+    form, error, body);
 }
 
 // -- routing -----------------------------------------------------------------------------

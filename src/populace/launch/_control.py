@@ -1,0 +1,128 @@
+"""What the studio asks of a live run: read an agent, interview, intervene.
+
+The run executes on its own event loop (a thread of the studio, or ``populace run
+--studio``'s main thread); the studio's requests come from another. :class:`RunControl`
+carries them across: a read of an agent's state runs on the run's loop at once (beside a
+step in progress; it changes nothing), an interview waits for the end of the step in
+progress (so it never competes with the step's calls nor sees half a step), and an
+intervention is written to the run directory for the next step under the same lock the
+launcher takes when it reads them at a step's start, so it lands in exactly one step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from populace.core import Agent, PopulaceError
+
+from . import _interventions
+
+Job = Callable[[Any], Awaitable[Any]]  # job(run) on the run's loop
+
+
+class RunNotLive(PopulaceError):
+    """The run is not (or no longer) running: nothing can be asked of it live."""
+
+
+def _state(agent: Agent) -> dict[str, Any]:
+    return agent.get_state()
+
+
+class RunControl:
+    """The studio's side door into one live run (made by whoever starts the run, handed
+    to :func:`~populace.launch.launch` as ``control=``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: list[tuple[Job, concurrent.futures.Future[Any]]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._run: Any = None
+        self._run_dir: Path | None = None
+        self.next_step = 1       # the step whose start is still to come
+        self.steps_done = 0      # steps written
+        self._ended = False      # the run attempt is over: nothing more is served
+
+    # -- the studio's side (any thread) -------------------------------------------------------
+    @property
+    def live(self) -> bool:
+        return self._run is not None
+
+    def agent_state(self, agent_id: int) -> concurrent.futures.Future[Any]:
+        """``(step, state)`` of a live agent, read now on the run's loop."""
+        with self._lock:
+            loop, run = self._loop, self._run
+            done = self.steps_done
+        if loop is None or run is None:
+            raise RunNotLive("the run has no live agents now")
+
+        async def read() -> Any:
+            return done, await run.sim.handle(int(agent_id)).call(_state)
+
+        return asyncio.run_coroutine_threadsafe(read(), loop)
+
+    def between_steps(self, job: Job) -> concurrent.futures.Future[Any]:
+        """Run ``job(run)`` on the run's loop once the step in progress is written (or,
+        asked before the run has started, once its agents are set up: before step 1)."""
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._lock:
+            if self._ended:
+                raise RunNotLive("the run has ended")
+            self._queue.append((job, future))
+        return future
+
+    def intervene(self, intervention: _interventions.Intervention
+                  ) -> _interventions.Intervention:
+        """Schedule ``intervention`` (its step raised to the next one to start if earlier);
+        returns it as written."""
+        with self._lock:
+            if self._run_dir is None:
+                raise RunNotLive("the run is not live: fork it to change what comes next")
+            step = max(intervention.step, self.next_step)
+            planned = self._run.steps if self._run is not None else None
+            if planned is not None and step > planned:
+                raise RunNotLive(f"the run plays no step {step} (it has {planned})")
+            written = _interventions.stamped(intervention.model_copy(update={"step": step}))
+            if written.kind == "message" and self._run is not None:
+                _interventions.chosen(self._run, written, step, 0)  # refused now if bad
+            _interventions.append(self._run_dir, written)
+        return written
+
+    # -- the launcher's side --------------------------------------------------------------------
+    def attach(self, run: Any, run_dir: Path | None, done: int) -> None:
+        with self._lock:
+            self._loop = asyncio.get_running_loop()
+            self._run, self._run_dir, self._ended = run, run_dir, False
+            self.steps_done, self.next_step = done, done + 1
+
+    def starting(self, t: int, run_dir: Path | None) -> list[_interventions.Intervention]:
+        """Step ``t`` begins: the interventions scheduled for it (read under the lock, so
+        none scheduled meanwhile is missed or counted twice)."""
+        with self._lock:
+            self.next_step = t + 1
+            return _interventions.read_interventions(run_dir) if run_dir is not None else []
+
+    async def serve(self, run: Any, done: int) -> None:
+        """Step ``done`` is written: carry out what waited for it."""
+        with self._lock:
+            self.steps_done = done
+            queue, self._queue = self._queue, []
+        for job, future in queue:
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(await job(run))
+                except Exception as e:  # the asker hears of it; the run goes on
+                    future.set_exception(e)
+
+    def detach(self) -> None:
+        with self._lock:
+            queue, self._queue = self._queue, []
+            self._loop = self._run = self._run_dir = None
+            self._ended = True
+        for _job, future in queue:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(RunNotLive("the run ended before it was asked"))

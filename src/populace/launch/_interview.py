@@ -1,0 +1,189 @@
+"""Interviews: ask agents a question with their own model, persona and memory.
+
+An interview runs inside each agent's worker (:func:`ask`), between steps of a live run or
+on a run rebuilt from a checkpoint, and touches nothing the run keeps: the agent's memory
+is read, never written; the call's seed comes from the question, the agent and the step,
+never from the run's random streams. So the run's tables are the same with or without
+interviews. Answers go to ``RUN_DIR/interviews.parquet`` (one row per agent asked).
+
+An agent class may say how it is interviewed by defining
+``interview_messages(self, question) -> list[ChatMessage]``; by default the messages are an
+interviewer's instruction, the agent's persona (its background, else its profile), its
+memory as the conversation so far, and the question.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from populace.core import Agent, ModelError, PopulaceError, derive_seed
+from populace.llm import ChatMessage, conversation
+
+INTERVIEWER = ("You are being interviewed by a researcher about the simulation you take "
+               "part in. Answer the question in character, briefly and in your own words.")
+MAX_QUESTION = 2000   # characters
+MAX_ASKED = 10_000    # agents one interview asks
+MAX_TOKENS = 256      # of an answer
+INTERVIEWS = "interviews.parquet"
+_HIDDEN = ("agent_id", "background", "model")
+
+SCHEMA = pa.schema([
+    ("interview", pa.int32()), ("step", pa.int32()), ("agent_id", pa.int64()),
+    ("question", pa.string()), ("answer", pa.string()), ("error", pa.string()),
+    ("model", pa.string()), ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()),
+    ("latency_s", pa.float64()), ("source", pa.string()), ("time", pa.float64())])
+
+
+class InterviewError(PopulaceError, ValueError):
+    """An interview that cannot be held (no question, agents without a model); one line."""
+
+
+def check_question(question: str) -> str:
+    text = " ".join(str(question).split())
+    if not text:
+        raise InterviewError("the question is empty")
+    if len(text) > MAX_QUESTION:
+        raise InterviewError(f"the question is over {MAX_QUESTION} characters")
+    return text
+
+
+def persona_of(profile: Mapping[str, Any]) -> str | None:
+    """An agent's persona: its written background, else its profile's attributes."""
+    if profile.get("background"):
+        return str(profile["background"])
+    attributes = [k for k in profile if k not in _HIDDEN]
+    if not attributes:
+        return None
+    return "About you: " + "; ".join(f"{a}: {profile[a]}" for a in attributes) + "."
+
+
+def interview_messages(agent: Agent, question: str) -> list[ChatMessage]:
+    """What ``agent``'s model is shown when asked ``question`` (the agent's own
+    ``interview_messages`` if it defines one)."""
+    own = getattr(agent, "interview_messages", None)
+    if callable(own):
+        return list(own(question))
+    history: list[ChatMessage] = []
+    memory = getattr(agent, "_memory", None)  # read, never created: an empty one stays None
+    for m in memory or ():
+        role = "assistant" if m.sender == agent.id else "user"
+        history.append({"role": role, "content": str(m.content)})
+    return conversation(INTERVIEWER, question, persona=persona_of(agent.profile),
+                        history=history)
+
+
+def _model(agent: Agent) -> Any:
+    model = getattr(agent, "model", None)
+    if model is None or not callable(getattr(model, "complete", None)):
+        raise InterviewError(f"agents of {type(agent).__name__} have no model to answer with "
+                             "(an interview needs an agent with a .model)")
+    return model
+
+
+async def ask(agent: Agent, question: str, seed: int) -> dict[str, Any]:
+    """Ask ``agent`` (inside its worker); the answer, or the model's error, as a row."""
+    model = _model(agent)
+    messages = interview_messages(agent, question)
+    started = time.perf_counter()
+    row: dict[str, Any] = {"agent_id": int(agent.id), "model": str(getattr(model, "name", ""))}
+    try:
+        answer = await model.complete(messages, temperature=0.7,
+                                      seed=derive_seed(seed, int(agent.id)),
+                                      max_tokens=MAX_TOKENS)
+    except ModelError as e:
+        row.update(answer=None, error=f"{type(e).__name__}: {e}"[:500], prompt_tokens=0,
+                   completion_tokens=0)
+    else:
+        row.update(answer=answer.text, error=None, prompt_tokens=answer.prompt_tokens,
+                   completion_tokens=answer.completion_tokens)
+    row["latency_s"] = round(time.perf_counter() - started, 4)
+    return row
+
+
+def interview_seed(run_seed: int, question: str, step: int) -> int:
+    """The seed of an interview's calls: from the question and the step, not the run's
+    streams (asking never moves them)."""
+    return derive_seed(run_seed, zlib.crc32(b"interview"), zlib.crc32(question.encode()), step)
+
+
+async def hold(run: Any, ids: np.ndarray, question: str, *, step: int, source: str
+               ) -> list[dict[str, Any]]:
+    """Ask the agents ``ids`` of ``run`` (a :class:`~populace.launch.Run`) ``question``
+    inside their workers; one row each, in id order."""
+    question = check_question(question)
+    if ids.size > MAX_ASKED:
+        raise InterviewError(f"an interview asks at most {MAX_ASKED:,} agents, not "
+                             f"{ids.size:,} (take a --sample)")
+    seed = interview_seed(run.seed, question, step)
+    rows: list[dict[str, Any]] = []
+    for _label, (_cls, group) in run.groups.items():
+        mask = np.isin(group.ids, ids)
+        if mask.any():
+            rows.extend(await group.select(mask).map(ask, question, seed))
+    now = round(time.time(), 3)
+    for row in rows:
+        row.update(step=step, question=question, source=source, time=now)
+    return sorted(rows, key=lambda r: r["agent_id"])
+
+
+def save_interview(run_dir: Path, rows: Sequence[dict[str, Any]]) -> int:
+    """Add ``rows`` to ``run_dir/interviews.parquet`` as the next interview; its number."""
+    path = run_dir / INTERVIEWS
+    before = pq.read_table(pa.BufferReader(path.read_bytes())) if path.exists() else None
+    number = (int(pc.max(before.column("interview")).as_py()) + 1
+              if before is not None and before.num_rows else 1)
+    table = pa.Table.from_pylist([{**r, "interview": number} for r in rows], schema=SCHEMA)
+    if before is not None:
+        table = pa.concat_tables([before.cast(SCHEMA), table])
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)
+    return number
+
+
+def read_interviews(run_dir: Path) -> pa.Table | None:
+    path = Path(run_dir) / INTERVIEWS
+    return pq.read_table(pa.BufferReader(path.read_bytes())) if path.exists() else None
+
+
+async def interview_run(run: Any, question: str, *, step: int, source: str,
+                  agents: Sequence[int] | None = None, where: str | None = None,
+                  sample: int | None = None) -> list[dict[str, Any]]:
+    """Choose agents of ``run`` (:func:`~populace.launch.select`) and ask them ``question``
+    as they stand after ``step``; one row each."""
+    from ._select import select
+
+    question = check_question(question)
+    every = np.concatenate([g.ids for _, g in run.groups.values()]) if run.groups \
+        else np.array([], np.int64)
+    ids = select(run.population, where=where, agents=agents, sample=sample, ids=every,
+                 seed=interview_seed(run.seed, question, step))
+    return await hold(run, ids, question, step=step, source=source)
+
+
+async def interview(run_dir: str | Path, question: str, *, agents: Sequence[int] | None = None,
+                    where: str | None = None, sample: int | None = None,
+                    step: int | None = None) -> tuple[int, list[dict[str, Any]]]:
+    """Interview agents of the run in ``run_dir`` as they stood after ``step`` (default: its
+    newest checkpoint), rebuilt from its checkpoint; the answers are added to its
+    ``interviews.parquet``. Returns ``(interview number, rows)``.
+
+    >>> number, rows = asyncio.run(interview("runs/demo", "How did you choose?",
+    ...                                      sample=5))  # doctest: +SKIP
+    """
+    from ._offline import reopen
+
+    run_dir = Path(run_dir)
+    async with reopen(run_dir, step) as run:
+        rows = await interview_run(run, question, step=run.step, source="checkpoint",
+                             agents=agents, where=where, sample=sample)
+    return save_interview(run_dir, rows), rows
