@@ -23,20 +23,12 @@ from typing import Any
 
 import pytest
 
+from chromium_page import ARTIFACTS, open_page, require
 from populace.results import read_summary, read_table
 from populace.studio import Runs, StudioServer
 
-CHROMIUM = Path("/usr/bin/chromium")
+require()
 COINS = Path(__file__).resolve().parent / "coins.py"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "studio"
-
-if not CHROMIUM.exists():
-    pytest.skip("browser tests need Debian's chromium at /usr/bin/chromium "
-                "(apt-get install chromium; `make test` does it as root)", allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need playwright "
-                               "(pip install -e '.[dev]')")
 
 
 @pytest.fixture
@@ -60,17 +52,8 @@ def studio(tmp_path: Path, run_file: Callable[..., Path]) -> Iterator[tuple[Stud
 
 @pytest.fixture
 def page() -> Iterator[Any]:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
-        problems: list[str] = []
-        pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-        pg.on("console", lambda m: problems.append(f"console: {m.text}")
-              if m.type == "error" else None)
-        pg.problems = problems
+    with open_page(1400) as pg:
         yield pg
-        browser.close()
 
 
 def shot(page: Any, name: str) -> None:

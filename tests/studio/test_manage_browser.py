@@ -24,20 +24,12 @@ from typing import Any
 
 import pytest
 
+from chromium_page import ARTIFACTS, open_page, require
 from populace.results import RunDirectory, read_summary
 from populace.studio import Runs, StudioServer
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "studio"
+require()
 WIDTH = 1280
-
-if not CHROMIUM.exists():
-    pytest.skip("browser tests need Debian's chromium at /usr/bin/chromium "
-                "(apt-get install chromium; `make test` does it as root)", allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need playwright "
-                               "(pip install -e '.[dev]')")
 
 # Two earlier rounds stay in memory, so an agent's mind has something in it; the profession
 # is what the profile queries ask about.
@@ -75,18 +67,8 @@ def studio(tmp_path: Path) -> Iterator[tuple[StudioServer, Path]]:
 
 @pytest.fixture
 def page() -> Iterator[Any]:
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        pg = browser.new_page(viewport={"width": WIDTH, "height": 1000})
-        problems: list[str] = []
-        pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-        # The refusals this test provokes (400, 409) are logged by Chromium as failed
-        # loads; the page shows them. Anything else on the console is a problem.
-        pg.on("console", lambda m: problems.append(f"console: {m.text}")
-              if m.type == "error" and "status of 4" not in m.text else None)
-        pg.problems = problems
+    with open_page(WIDTH, refusals_seen=True) as pg:  # the 400s and 409s it provokes
         yield pg
-        browser.close()
 
 
 class Shots:
@@ -95,7 +77,6 @@ class Shots:
     def __init__(self, page: Any, tmp: Path, suffix: str) -> None:
         self.page, self.tmp, self.suffix = page, tmp / "screenshots", suffix
         self.tmp.mkdir(exist_ok=True)
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
 
     def __call__(self, name: str) -> None:
         path = self.tmp / f"{name}{self.suffix}.png"

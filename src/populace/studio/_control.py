@@ -79,17 +79,13 @@ def add_routes(app: FastAPI, runs: Runs, read_body: Any, one_line: Any) -> None:
     ``one_line``: its pydantic-errors-as-one-line)."""
     offline = threading.Lock()  # one run rebuilt from a checkpoint at a time
 
-    @app.exception_handler(ConfigError)
-    async def config_error(_: Request, e: ConfigError) -> JSONResponse:
-        return JSONResponse({"error": str(e)}, status_code=400)
+    def answer(status: int) -> Any:
+        async def handler(_: Request, e: Exception) -> JSONResponse:
+            return JSONResponse({"error": str(e)}, status_code=status)
+        return handler
 
-    @app.exception_handler(InterviewError)
-    async def interview_error(_: Request, e: InterviewError) -> JSONResponse:
-        return JSONResponse({"error": str(e)}, status_code=400)
-
-    @app.exception_handler(RunNotLive)
-    async def not_live(_: Request, e: RunNotLive) -> JSONResponse:
-        return JSONResponse({"error": str(e)}, status_code=409)
+    for error, status in ((ConfigError, 400), (InterviewError, 400), (RunNotLive, 409)):
+        app.add_exception_handler(error, answer(status))
 
     async def body_of(request: Request, model: type[BaseModel]) -> Any:
         try:
