@@ -118,6 +118,19 @@ async def test_placeholder_crosses_workers_and_errors_keep_type(cluster: Cluster
         assert [m.sender for m in summary.content[1]] == [0, 1, 2, 3]
 
 
+async def test_an_argument_that_cannot_cross_to_a_worker_fails_its_call(
+        cluster: Cluster) -> None:
+    import threading
+
+    async with Simulation(workers=2, backend="ray") as sim:
+        group = await sim.create(Sleeper, 4, init={"timers": PerWorker(_timers)})
+        bad = group[0].reply(Msg("m", threading.Lock()))  # no pickle for a lock
+        good = group[1].reply(Msg("m", "fine"))  # sent in the same tick: it still goes
+        with pytest.raises(Exception, match="lock"):
+            await asyncio.wait_for(bad, 30)
+        assert (await asyncio.wait_for(good, 30)).content == ("got", "fine")
+
+
 async def test_killed_worker_raises_worker_lost(cluster: Cluster) -> None:
     async with Simulation(workers=2, backend="ray") as sim:
         group = await sim.create(Sleeper, 100, init={"timers": PerWorker(_timers)})

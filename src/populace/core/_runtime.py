@@ -332,7 +332,23 @@ class Simulation:
             if remote:
                 requests = [r for r in requests if self._externalize(worker, r)]
             if requests:
-                self._backend.submit(worker, requests)
+                self._send(worker, requests)
+
+    def _send(self, worker: int, requests: list[Request]) -> None:
+        """Hand ``requests`` to ``worker``'s backend; a request that cannot go (an argument
+        that does not pickle for a remote worker) fails its calls instead of leaving them
+        waiting for ever, and the others go."""
+        try:
+            self._backend.submit(worker, requests)
+        except Exception as e:
+            if len(requests) == 1:
+                self._fail_request(worker, requests[0], e)
+                return
+            for req in requests:  # one at a time: only those that cannot go fail
+                try:
+                    self._backend.submit(worker, [req])
+                except Exception as e:
+                    self._fail_request(worker, req, e)
 
     def _externalize(self, worker: int, req: Request) -> bool:
         """Make ``req`` fit to cross a process boundary; False if it must wait here first.
