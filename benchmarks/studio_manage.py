@@ -43,18 +43,18 @@ def read_events(url: str, out: list[int], stop: threading.Event) -> None:
                 return
 
 
-def minds(client: httpx.Client, base: str, ids: list[int]) -> list[float]:
-    took = []
+def minds(client: httpx.Client, base: str, ids: list[int]) -> dict[str, Any]:
+    """Open each agent's mind: the median and longest time, and where the states came
+    from (``live``: read from the worker; ``checkpoint``: it was busy, or the run over)."""
+    took, sources = [], []
     for agent in ids:
         t0 = time.perf_counter()
         r = client.get(f"{base}/agents/{agent}/mind")
         took.append(time.perf_counter() - t0)
         r.raise_for_status()
-    return took
-
-
-def summary_of(values: list[float]) -> dict[str, float]:
-    return {"median_s": round(statistics.median(values), 4), "max_s": round(max(values), 4)}
+        sources.append((r.json().get("state") or {}).get("source"))
+    return {"median_s": round(statistics.median(took), 4), "max_s": round(max(took), 4),
+            "live": sources.count("live"), "checkpoint": sources.count("checkpoint")}
 
 
 def main() -> None:
@@ -94,12 +94,6 @@ def main() -> None:
             with httpx.Client(timeout=300) as client:
                 while control.steps_done < 1:
                     time.sleep(0.05)
-                found["live_mind"] = summary_of(minds(client, base, ids))
-                t0 = time.perf_counter()
-                r = client.post(f"{base}/interviews",
-                                json={"question": "How is it going?", "sample": 20})
-                found["live_interview"] = {"status": r.status_code,
-                                           "s": round(time.perf_counter() - t0, 3)}
                 t0 = time.perf_counter()
                 r = client.post(f"{base}/interventions",
                                 json={"kind": "message", "text": "A storm is coming.",
@@ -107,6 +101,12 @@ def main() -> None:
                 found["intervention"] = {"status": r.status_code,
                                          "s": round(time.perf_counter() - t0, 3),
                                          "step": r.json().get("intervention", {}).get("step")}
+                t0 = time.perf_counter()
+                r = client.post(f"{base}/interviews",
+                                json={"question": "How is it going?", "sample": 20})
+                found["live_interview"] = {"status": r.status_code,
+                                           "s": round(time.perf_counter() - t0, 3)}
+                found["live_mind"] = minds(client, base, ids)
 
         helper = threading.Thread(target=manage, daemon=True)
         reader.start()
@@ -118,7 +118,7 @@ def main() -> None:
         stop.set()
         with httpx.Client(timeout=600) as client:
             ids = np.random.default_rng(1).choice(args.agents, 20, replace=False).tolist()
-            found["after_mind"] = summary_of(minds(client, base, ids))
+            found["after_mind"] = minds(client, base, ids)
             carried = [e.get("interventions") for e in summary["steps"]]
             found["carried_out"] = [c for c in carried if c]
         server.stop()

@@ -57,7 +57,8 @@ from ._security import Guard, _refuse, is_loopback
 
 STATIC = Path(__file__).parent / "static"
 REPORT_FILES = (".html", ".png", ".svg", ".jpg", ".jpeg", ".css", ".js", ".json", ".csv")
-LIVE_READ_S = 2.0  # seconds a live agent's state may take to read before the checkpoint
+LIVE_READ_S = 0.25 # seconds to read a live agent's state (its worker may be busy
+#                   with a step) before its newest checkpoint answers instead
 MAX_BODY = 64 * 1024  # bytes of a request body: a start request is a few dozen
 _SOURCES = ("body", "query", "path", "header", "cookie")  # the first part of an error's loc
 
