@@ -56,7 +56,8 @@ API: dict[str, set[str]] = {
         "RunControl",
         "RunNotLive", "SelectionError", "checkpointed_steps", "fork", "interview",
         "interview_run", "parse_intervention", "parse_sets", "read_interventions",
-        "read_interviews", "reopen", "save_interview", "select", "where_filter"},
+        "read_interviews", "reopen", "save_interview", "select", "where_filter",
+        "written_profiles"},
     "populace.results": {
         "Breakdown", "CheckpointError", "Comparison", "Report", "RunData", "RunDirectory",
         "RunInUse", "RunMonitor", "RunSnapshot", "atomic_write", "error_kind", "headline",

@@ -22,9 +22,9 @@ groups
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
-from pydantic import BaseModel, ConfigDict, GetCoreSchemaHandler
+from pydantic import BaseModel, BeforeValidator, ConfigDict, GetCoreSchemaHandler
 from pydantic_core import (
     CoreSchema,
     InitErrorDetails,
@@ -103,3 +103,13 @@ def fail_at(loc: tuple[str | int, ...], message: str) -> NoReturn:
     error = PydanticCustomError("value_error", message.replace("{", "{{").replace("}", "}}"))
     raise ValidationError.from_exception_data(
         "config", [InitErrorDetails(type=error, loc=loc, input=None)])
+
+
+def _keep_checkpoints(value: Any) -> Any:
+    if value != "all" and (not isinstance(value, int) or isinstance(value, bool) or value < 2):
+        raise ValueError("expected all or a whole number of checkpoints of at least 2")
+    return value
+
+
+#: ``keep_checkpoints:``: ``all`` (any step can be forked or interviewed) or the newest N.
+KeepCheckpoints = Annotated[Any, BeforeValidator(_keep_checkpoints)]

@@ -286,3 +286,56 @@ async def test_the_control_refuses_a_run_that_is_not_live(tmp_path: Path) -> Non
     await play(game_file(tmp_path, rounds=1), tmp_path / "r", control=control)
     with pytest.raises(RunNotLive, match="ended"):
         control.between_steps(lambda run: asyncio.sleep(0))
+
+
+# -- what a new user's check found ------------------------------------------------------------
+async def test_an_environment_change_that_cannot_be_made_does_not_end_the_run(
+        votes_file: Callable[..., Path], tmp_path: Path) -> None:
+    out = RunDirectory.create(tmp_path / "run")
+    (out.path / "interventions.jsonl").write_text(json.dumps(
+        {"step": 2, "kind": "environment", "key": "a", "value": 1, "env": "nowhere/child"}))
+    summary = await launch(load_run_file(votes_file(agents=50, steps=3)), out)
+    assert summary["status"] == "completed"
+    (done,) = summary["steps"][1]["interventions"]  # the line had no newline: read still
+    assert "nowhere" in done["error"] and any("not carried out" in w
+                                              for w in summary["steps"][1]["warnings"])
+    from populace.launch import _interventions
+
+    _interventions.append(out.path, Intervention(step=3, kind="message", text="hi"))
+    assert [i.step for i in read_interventions(out.path)] == [2, 3]
+
+
+async def test_the_games_run_file_keeps_checkpoints_and_a_fork_may_play_longer(
+        tmp_path: Path) -> None:
+    await play(game_file(tmp_path, keep_checkpoints=2), tmp_path / "two")
+    assert sorted(p.name for p in (tmp_path / "two" / "checkpoints").iterdir()) == [
+        "round-00003.ckpt", "round-00004.ckpt"]
+    await play(game_file(tmp_path), tmp_path / "all")
+    for key in ("steps", "rounds"):
+        run_file = fork(tmp_path / "all", 2, {key: 6}, tmp_path / f"long-{key}")
+        summary = await launch(run_file, RunDirectory(tmp_path / f"long-{key}"), resume=True)
+        assert len(summary["steps"]) == 6
+
+
+class Talker:
+    """Stands in for an agent in the unit tests of the interview's messages and model."""
+
+    def __init__(self, **attrs: object) -> None:
+        self.id, self.profile, self._memory = 1, {"age": 30}, None
+        self.__dict__.update(attrs)
+
+
+def test_an_agents_own_interview_messages_that_raise_are_one_line() -> None:
+    from populace.launch._interview import _model, interview_messages
+
+    def broken(question: str) -> list:
+        raise RuntimeError("no\nidea")
+
+    with pytest.raises(InterviewError, match="interview_messages raised RuntimeError: no idea"):
+        interview_messages(Talker(interview_messages=broken), "Why?")  # type: ignore[arg-type]
+    one = object.__new__(type("M", (), {"complete": lambda self: None}))
+    assert _model(Talker(models={"llm": one})) is one  # type: ignore[arg-type]
+    with pytest.raises(InterviewError, match="no model"):
+        _model(Talker(models={"a": one, "b": one}))  # type: ignore[arg-type]
+    with pytest.raises(SelectionError, match="not an agent id"):
+        select(PROFILES, agents=[2**70])

@@ -19,6 +19,7 @@ from ._interview import (
     interview_run,
     read_interviews,
     save_interview,
+    written_profiles,
 )
 from ._launcher import (
     MAX_RECOVERIES,
@@ -96,4 +97,5 @@ __all__ = [
     "select",
     "where",
     "where_filter",
+    "written_profiles",
 ]

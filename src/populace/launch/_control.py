@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from populace.core import Agent, PopulaceError
+from populace.core import Agent, ConfigError, PopulaceError
 
 from . import _interventions
 
@@ -85,10 +85,13 @@ class RunControl:
             step = max(intervention.step, self.next_step)
             planned = self._run.steps if self._run is not None else None
             if planned is not None and step > planned:
-                raise RunNotLive(f"the run plays no step {step} (it has {planned})")
+                raise ConfigError(f"the run plays no step {step} (it has {planned})")
             written = _interventions.stamped(intervention.model_copy(update={"step": step}))
             if written.kind == "message" and self._run is not None:
                 _interventions.chosen(self._run, written, step, 0)  # refused now if bad
+            if written.kind == "environment" and self._run is not None \
+                    and not self._run.services:
+                raise ConfigError("the run serves no environment to change")
             _interventions.append(self._run_dir, written)
         return written
 

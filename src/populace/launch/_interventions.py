@@ -90,9 +90,9 @@ def parse_intervention(data: Any, source: str) -> Intervention:
         return Intervention.model_validate(data)
     except ValidationError as e:
         first = e.errors(include_url=False)[0]
-        key = ".".join(str(p) for p in first["loc"]) or "intervention"
+        key = ".".join(str(p) for p in first["loc"])
         message = str(first["msg"]).removeprefix("Value error, ")
-        raise ConfigError(f"{source}: {key}: {message}") from None
+        raise ConfigError(f"{source}: {key + ': ' if key else ''}{message}") from None
 
 
 def read_interventions(run_dir: Path) -> list[Intervention]:
@@ -101,13 +101,16 @@ def read_interventions(run_dir: Path) -> list[Intervention]:
     path = Path(run_dir) / INTERVENTIONS
     if not path.exists():
         return []
-    whole = path.read_text(encoding="utf-8").rpartition("\n")[0]
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
     out = []
-    for n, line in enumerate(whole.splitlines(), 1):
+    for n, line in enumerate(lines, 1):
         if line.strip():
             try:
                 data = json.loads(line)
             except ValueError:
+                if n == len(lines) and not text.endswith("\n"):
+                    break  # a write cut short by a crash: never acknowledged
                 raise ConfigError(f"{path}: line {n}: not JSON") from None
             out.append(parse_intervention(data, f"{path}: line {n}"))
     return out
@@ -118,6 +121,11 @@ def append(run_dir: Path, intervention: Intervention) -> None:
     path = Path(run_dir) / INTERVENTIONS
     line = json.dumps(intervention.model_dump(mode="json", exclude_none=True),
                       separators=(",", ":"), allow_nan=False) + "\n"
+    if path.exists() and path.stat().st_size:
+        with open(path, "rb") as f:  # a hand-written last line may lack its newline
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                line = "\n" + line
     with open(path, "a", encoding="utf-8") as f:
         f.write(line)
         f.flush()
@@ -135,11 +143,28 @@ def stamped(intervention: Intervention) -> Intervention:
     return intervention.model_copy(update={"made": round(time.time(), 3)})
 
 
+async def _set(run: Any, i: Intervention) -> str | None:
+    """Set ``i.key`` in the run's environment; what went wrong, or None."""
+    if not run.services:
+        return "the run serves no environment"
+    service = run.services[0]
+    try:
+        try:
+            await service.update(i.key, i.value, env=i.env)
+        except KeyError:  # a key the environment did not have: created
+            await service.register(i.key, i.value, env=i.env)
+    except (LookupError, ValueError, TypeError) as e:  # no such environment, a bad value
+        return " ".join(str(e).split())[:300] or type(e).__name__
+    return None
+
+
 def chosen(run: Any, intervention: Intervention, t: int, n: int) -> np.ndarray:
     """The agents message ``intervention`` (the ``n``-th of step ``t``) reaches."""
     every = np.concatenate([g.ids for _, g in run.groups.values()]) \
         if run.groups else np.array([], np.int64)
-    return select(run.population, where=intervention.where, agents=intervention.agents,
+    written = run.run_dir.read_profiles() if run.run_dir is not None else None
+    return select(written if written is not None else run.population,
+                  where=intervention.where, agents=intervention.agents,
                   sample=intervention.sample, ids=every,
                   seed=derive_seed(run.seed, zlib.crc32(b"intervention"), t, n))
 
@@ -162,13 +187,9 @@ async def carry_out(run: Any, interventions: Sequence[Intervention], t: int
                     reached += int(mask.sum())
             entry["agents"] = reached
         else:
-            if not run.services:
-                raise ConfigError(f"step {t}: intervention {i.describe()!r}: the run serves "
-                                  "no environment")
-            service = run.services[0]
-            try:
-                await service.update(i.key, i.value, env=i.env)
-            except LookupError:  # a key the environment did not have: created
-                await service.register(i.key, i.value, env=i.env)
+            problem = await _set(run, i)
+            if problem is not None:  # told, and the run goes on: it stays resumable
+                entry["error"] = problem
+                run.warn(f"intervention {i.describe()!r} not carried out: {problem}")
         done.append(entry)
     return done

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from populace.core import Agent, ModelError, PopulaceError, derive_seed
+from populace.core import Agent, ConfigError, ModelError, derive_seed
 from populace.llm import ChatMessage, conversation
 
 INTERVIEWER = ("You are being interviewed by a researcher about the simulation you take "
@@ -43,7 +43,7 @@ SCHEMA = pa.schema([
     ("latency_s", pa.float64()), ("source", pa.string()), ("time", pa.float64())])
 
 
-class InterviewError(PopulaceError, ValueError):
+class InterviewError(ConfigError):
     """An interview that cannot be held (no question, agents without a model); one line."""
 
 
@@ -71,7 +71,12 @@ def interview_messages(agent: Agent, question: str) -> list[ChatMessage]:
     ``interview_messages`` if it defines one)."""
     own = getattr(agent, "interview_messages", None)
     if callable(own):
-        return list(own(question))
+        try:
+            return list(own(question))
+        except Exception as e:  # the scenario's code: one line naming it, not a traceback
+            raise InterviewError(f"{type(agent).__name__}.interview_messages raised "
+                                 f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
+                                 ) from None
     history: list[ChatMessage] = []
     memory = getattr(agent, "_memory", None)  # read, never created: an empty one stays None
     for m in memory or ():
@@ -82,10 +87,16 @@ def interview_messages(agent: Agent, question: str) -> list[ChatMessage]:
 
 
 def _model(agent: Agent) -> Any:
+    """The agent's model client: its ``model``, else the one model of its ``models`` (the
+    :class:`~populace.llm.ModelSet` that ``run.models()`` hands every agent)."""
     model = getattr(agent, "model", None)
+    if model is None:
+        models = getattr(agent, "models", None)
+        if isinstance(models, Mapping) and len(models) == 1:
+            model = next(iter(models.values()))
     if model is None or not callable(getattr(model, "complete", None)):
         raise InterviewError(f"agents of {type(agent).__name__} have no model to answer with "
-                             "(an interview needs an agent with a .model)")
+                             "(an interview needs a .model client, or .models holding one)")
     return model
 
 
@@ -150,22 +161,32 @@ def save_interview(run_dir: Path, rows: Sequence[dict[str, Any]]) -> int:
     return number
 
 
+def written_profiles(run_dir: Path) -> pa.Table | None:
+    """The run's ``profiles.parquet`` (what a scenario wrote: a survey's arms too)."""
+    from populace.results import RunDirectory
+
+    return RunDirectory(run_dir).read_profiles()
+
+
 def read_interviews(run_dir: Path) -> pa.Table | None:
     path = Path(run_dir) / INTERVIEWS
     return pq.read_table(pa.BufferReader(path.read_bytes())) if path.exists() else None
 
 
 async def interview_run(run: Any, question: str, *, step: int, source: str,
-                  agents: Sequence[int] | None = None, where: str | None = None,
-                  sample: int | None = None) -> list[dict[str, Any]]:
-    """Choose agents of ``run`` (:func:`~populace.launch.select`) and ask them ``question``
-    as they stand after ``step``; one row each."""
+                        agents: Sequence[int] | None = None, where: str | None = None,
+                        sample: int | None = None, profiles: pa.Table | None = None
+                        ) -> list[dict[str, Any]]:
+    """Choose agents of ``run`` (:func:`~populace.launch.select` over ``profiles``, by
+    default the run's population) and ask them ``question`` as they stand after ``step``;
+    one row each."""
     from ._select import select
 
     question = check_question(question)
     every = np.concatenate([g.ids for _, g in run.groups.values()]) if run.groups \
         else np.array([], np.int64)
-    ids = select(run.population, where=where, agents=agents, sample=sample, ids=every,
+    ids = select(profiles if profiles is not None else run.population, where=where,
+                 agents=agents, sample=sample, ids=every,
                  seed=interview_seed(run.seed, question, step))
     return await hold(run, ids, question, step=step, source=source)
 
@@ -185,5 +206,6 @@ async def interview(run_dir: str | Path, question: str, *, agents: Sequence[int]
     run_dir = Path(run_dir)
     async with reopen(run_dir, step) as run:
         rows = await interview_run(run, question, step=run.step, source="checkpoint",
-                             agents=agents, where=where, sample=sample)
+                                   agents=agents, where=where, sample=sample,
+                                   profiles=written_profiles(run_dir))
     return save_interview(run_dir, rows), rows

@@ -113,8 +113,8 @@ def changed_config(config: Mapping[str, Any], sets: Mapping[str, Any]) -> dict[s
     data = json.loads(json.dumps(config))
     for key, value in sets.items():
         parts = key.split(".")
-        if parts[0] == "rounds":
-            parts[0] = "steps"
+        if parts[0] in ("rounds", "steps"):  # one option, spelt as the run's file spells it
+            parts[0] = "rounds" if "rounds" in data else "steps"
         if parts[0] in FIXED:
             raise ConfigError(f"set {key}: a fork keeps the run's {parts[0]} (its "
                               "checkpoint holds those agents); start a new run instead")
@@ -149,7 +149,10 @@ def fork(source: Path, at: int, sets: Mapping[str, Any], target: Path, *,
         raise ConfigError(f"{source}: step {at} was not finished (the run has "
                           f"{len(before.get('steps') or ())})")
     config = changed_config(_config(source), sets)
-    run_file = parse_run_file(config, src.config_path)
+    try:
+        run_file = parse_run_file(config, src.config_path)
+    except ConfigError as e:  # a bad value is the --set's (named by its key), not the source's
+        raise ConfigError(str(e).replace(f"{src.config_path}: ", "set ", 1)) from None
     if run_file.options.steps < at:
         raise ConfigError(f"set steps={run_file.options.steps}: the fork starts after step "
                           f"{at}; give at least {at}")

@@ -30,7 +30,7 @@ from typing import Any, Literal
 import pyarrow as pa
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from populace._strict import MAX_AGENTS, MAX_STEPS, MAX_WORKERS, StrictModel
+from populace._strict import MAX_AGENTS, MAX_STEPS, MAX_WORKERS, KeepCheckpoints, StrictModel
 from populace.config import format_error, key_text, read_yaml, unknown_key
 from populace.core import ConfigError
 from populace.llm import DummyConfig, ModelConfig, load_factory
@@ -78,7 +78,7 @@ class RunOptions(StrictModel):
         5.0, gt=0, le=MAX_CHECKPOINT_MINUTES,
         description="inside a long step, save the answers received so far this often "
         "(at most once a day: 1440)")
-    keep_checkpoints: int | Literal["all"] = Field(
+    keep_checkpoints: KeepCheckpoints = Field(
         "all", description="checkpoints kept: all (any step can be forked or interviewed) "
         "or the newest N (at least 2)")
     settings: dict[str, Any] = Field(default_factory=dict, description="the scenario's own")
@@ -95,13 +95,6 @@ class RunOptions(StrictModel):
         if self.address is not None and self.backend != "ray":
             raise ValueError("address: is only meaningful with backend: ray")
         return self
-
-    @field_validator("keep_checkpoints")
-    @classmethod
-    def _keep(cls, value: int | str) -> int | str:
-        if isinstance(value, bool) or (isinstance(value, int) and value < 2):
-            raise ValueError("expected all or a number of checkpoints of at least 2")
-        return value
 
     @model_validator(mode="after")
     def _population(self) -> RunOptions:

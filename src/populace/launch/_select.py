@@ -139,7 +139,12 @@ def select(profiles: pa.Table | None, *, where: str | None = None,
              if profiles is not None else np.asarray(ids if ids is not None else [], np.int64))
     chosen = np.sort(every)
     if agents is not None:
-        wanted = np.unique(np.asarray(list(agents), dtype=np.int64))
+        given = list(agents)
+        bad = next((a for a in given if isinstance(a, bool) or not isinstance(a, int)
+                    or not -(2**63) <= a < 2**63), None)
+        if bad is not None:
+            raise SelectionError(f"agent {bad}: not an agent id (a whole number)")
+        wanted = np.unique(np.asarray(given, dtype=np.int64))
         missing = wanted[~np.isin(wanted, chosen)]
         if missing.size:
             raise SelectionError(f"agent {int(missing[0])}: no such agent (the run has "

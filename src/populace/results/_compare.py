@@ -128,7 +128,7 @@ def _branches(runs: Sequence[tuple[str, RunData]]) -> list[dict[str, Any]]:
         theirs = {e["step"]: e for e in (source[1].summary or {}).get("steps", [])}
         names = [k for k, v in next(iter(mine.values()), {}).items()
                  if k not in ("step", "wall_s") and isinstance(v, int | float)
-                 and not isinstance(v, bool)][:4]
+                 and not isinstance(v, bool)]
         changes = ", ".join(f"{k}={v}" for k, v in (forked.get("set") or {}).items())
         rows = [[str(t), *(c for n in names for c in (_fmt(theirs.get(t, {}).get(n)),
                                                      _fmt(mine[t].get(n))))]

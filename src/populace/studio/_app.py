@@ -236,15 +236,18 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
         path = runs.check(run_id)
         live = runs.live(run_id)
         control = live.control if live is not None else None
-        live_state = None
+        live_state, done = None, None
         if step is None and control is not None and control.live:
             try:  # the agent as the running simulation holds it, read beside the step
-                _, live_state = await asyncio.wait_for(
+                done, live_state = await asyncio.wait_for(
                     asyncio.wrap_future(control.agent_state(agent_id)), LIVE_READ_S)
             except (RunNotLive, TimeoutError, LookupError, ValueError):
                 live_state = None  # gone, busy or unknown here: the checkpoint answers
-        return await asyncio.to_thread(agents.mind, path, agent_id, step=step,
-                                       live_state=live_state)
+        found = await asyncio.to_thread(agents.mind, path, agent_id, step=step,
+                                        live_state=live_state)
+        if live_state is not None and found.get("state"):
+            found["state"]["step"] = done  # the steps written when it was read
+        return found
 
     @app.get("/api/configs")
     def configs() -> list[str]:

@@ -28,7 +28,7 @@ import math
 import threading
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -43,6 +43,7 @@ from populace.launch import (
     read_interventions,
     read_interviews,
     save_interview,
+    written_profiles,
 )
 
 from ._runs import Refused, Runs
@@ -94,7 +95,7 @@ def add_routes(app: FastAPI, runs: Runs, read_body: Any, one_line: Any) -> None:
             raise Refused(one_line(e.errors())) from None
 
     @app.get("/api/runs/{run_id}/interviews")
-    def list_interviews(run_id: str, page: int = 0) -> dict[str, Any]:
+    def list_interviews(run_id: str, page: int = Query(0, ge=0)) -> dict[str, Any]:
         table = read_interviews(runs.check(run_id))
         if table is None:
             return {"total": 0, "rows": []}
@@ -115,7 +116,8 @@ def add_routes(app: FastAPI, runs: Runs, read_body: Any, one_line: Any) -> None:
         if control is not None and control.live and body.step is None:
             async def job(run: Any) -> Any:
                 rows = await interview_run(run, body.question, step=control.steps_done,
-                                     source="live", **choice)
+                                           source="live", profiles=written_profiles(path),
+                                           **choice)
                 return save_interview(path, rows), rows
 
             future = control.between_steps(job)
@@ -154,7 +156,8 @@ def add_routes(app: FastAPI, runs: Runs, read_body: Any, one_line: Any) -> None:
             if done is not None:
                 row["pending"] = i.step > done
             out.append(row)
-        return {"interventions": out, "next_step": done + 1 if done is not None else None}
+        return {"interventions": out,
+                "next_step": control.next_step if done is not None and control else None}
 
     @app.post("/api/runs/{run_id}/interventions")
     async def intervene(run_id: str, request: Request) -> Any:

@@ -391,8 +391,8 @@ class Runs:
         fork_id = self._free_id(f"{run_id}-fork{step}"[:100])
         try:
             run = fork(source, step, sets, self.runs_dir / fork_id)
-        except ConfigError as e:
-            raise Refused(str(e)) from None
+        except ConfigError as e:  # the run as the page names it, not a path on the server
+            raise Refused(str(e).replace(str(source), run_id)) from None
         return self._begin(fork_id, run, RunDirectory(self.runs_dir / fork_id),
                            f"fork of {run_id} after step {step}", resume=True)
 

@@ -17,7 +17,14 @@ from pydantic import (
     model_validator,
 )
 
-from populace._strict import MAX_AGENTS, MAX_STEPS, MAX_WORKERS, StrictModel, fail_at
+from populace._strict import (
+    MAX_AGENTS,
+    MAX_STEPS,
+    MAX_WORKERS,
+    KeepCheckpoints,
+    StrictModel,
+    fail_at,
+)
 from populace.core import derive_seed
 from populace.llm import DummyConfig, Layout, ModelConfig
 from populace.population import PopulationConfig
@@ -173,6 +180,9 @@ class RunConfig(StrictModel):
     checkpoint_minutes: float = Field(
         5.0, gt=0, le=1440, description="inside a round, save the answers so far this often "
         "(every round also ends with a full checkpoint; at most 1440, once a day)")
+    keep_checkpoints: KeepCheckpoints = Field(
+        "all", description="checkpoints kept: all (any round can be forked or interviewed) "
+        "or the newest N (at least 2)")
     population: PopulationConfig | None = Field(
         None, description="aspects sampled for every participant (see populace.population); "
         "its groups replace game.groups, its attributes and backgrounds reach the prompts")

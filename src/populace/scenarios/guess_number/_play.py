@@ -394,7 +394,7 @@ def run_file(config: RunConfig) -> RunFile:
         scenario="guess_number", name=config.name, seed=config.seed, agents=config.agents,
         steps=config.rounds, workers=config.workers, backend=config.backend,
         address=config.address, models=config.models, population=config.population,
-        checkpoint_minutes=config.checkpoint_minutes)
+        checkpoint_minutes=config.checkpoint_minutes, keep_checkpoints=config.keep_checkpoints)
     settings = GuessNumber.Settings(model=config.model, assign=config.assign, game=config.game)
     return RunFile(Path(config.name), options, GuessNumber, settings, "guess_number", config)
 
