@@ -21,6 +21,7 @@ async def test_jitter_spreads_the_waits_without_changing_the_answers() -> None:
     assert spread.statistics().in_flight == len(seeds)  # all waiting at once, none queued
     b = await asyncio.gather(*calls)
     elapsed = loop.time() - t0
+    assert spread.statistics().in_flight == 0  # counted from the timers: none waits now
     assert [x.text for x in a] == [x.text for x in b]
     assert {x.latency_s for x in a} == {0.2}
     waits = [x.latency_s for x in b]
@@ -68,3 +69,25 @@ async def test_the_structured_game_on_the_dummy_model_has_valid_answers(tmp_path
                     "    latency: 0\ngame:\n  protocol: structured\n")
     await launch(load_run_file(path), RunDirectory.create(tmp_path / "out"))
     assert read_table(tmp_path / "out").column("valid").to_pylist() == [True] * 20
+
+
+async def test_calls_in_flight_are_counted_inside_agents_too() -> None:
+    from populace.core import Agent, PerWorker, Simulation
+
+    class Asker(Agent):
+        def __init__(self, id: int, profile: object = None, *, model: DummyModel) -> None:
+            super().__init__(id)
+            self.model = model
+
+        async def ask(self) -> str:
+            return (await self.model.complete([], seed=self.id)).text
+
+    async with Simulation(workers=1) as sim:
+        group = await sim.create(Asker, 300, init={"model": PerWorker(DummyModel, 0.3)})
+        answers = group.map(Asker.ask)
+        await asyncio.sleep(0.1)
+        (waiting,) = sim.statistics().workers[0].resources
+        assert waiting.in_flight == 300  # parked on the driver's timers
+        assert len(await answers) == 300
+        (after,) = sim.statistics().workers[0].resources
+        assert after.in_flight == 0

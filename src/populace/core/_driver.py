@@ -133,6 +133,10 @@ class SharedTimers:
     def _expire(self, key: int) -> None:
         self._buckets.pop(key).fire()
 
+    def waiting(self) -> int:
+        """How many are waiting on these timers now."""
+        return sum(len(s._parked) + len(s._callbacks) for s in self._buckets.values())
+
 
 class Sink(Protocol):
     """Where a driven call reports its outcome."""
