@@ -61,7 +61,8 @@ API: dict[str, set[str]] = {
     "populace.results": {
         "Breakdown", "CheckpointError", "Comparison", "Report", "RunData", "RunDirectory",
         "RunInUse", "RunMonitor", "RunSnapshot", "atomic_write", "error_kind", "headline",
-        "latest_checkpoint", "load_run", "panel_grid", "read_agent_state", "read_checkpoint",
+        "latest_checkpoint", "load_run", "panel_grid", "plain_categories", "read_agent_state",
+        "read_checkpoint",
         "read_partial", "read_summary", "read_table", "run_snapshot", "sweep_table",
         "write_checkpoint", "write_comparison", "write_report"},
     "populace.scenarios.guess_number": {

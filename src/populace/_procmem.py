@@ -74,10 +74,3 @@ class PeakMemory:
     def mb(self) -> float:
         return self.peak / 2**20
 
-
-def rss_bytes(pid: int) -> int | None:
-    """Bytes resident in process ``pid`` now; None where /proc cannot tell (other node, OS)."""
-    try:
-        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE
-    except (OSError, ValueError, IndexError):
-        return None

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from populace.core import ConfigError, derive_seed
+from populace.results import plain_categories
 
 MAX_WHERE = 2000  # characters of a query
 
@@ -120,14 +121,6 @@ def where_filter(text: str, columns: Sequence[str]) -> pc.Expression:
     return _expression(tree.body, columns, text)
 
 
-def _plain(table: pa.Table) -> pa.Table:
-    """Categories (dictionary columns) as their values, so a query compares text."""
-    for i, field in enumerate(table.schema):
-        if pa.types.is_dictionary(field.type):
-            table = table.set_column(i, field.name, table.column(i).cast(field.type.value_type))
-    return table
-
-
 def select(profiles: pa.Table | None, *, where: str | None = None,
            agents: Sequence[int] | None = None, sample: int | None = None,
            ids: np.ndarray | None = None, seed: int = 0) -> np.ndarray:
@@ -155,7 +148,7 @@ def select(profiles: pa.Table | None, *, where: str | None = None,
         if profiles is None:
             raise SelectionError(f"where {where!r}: the run has no profiles to query "
                                  "(profiles.parquet)")
-        table = _plain(profiles.select([c for c in profiles.column_names
+        table = plain_categories(profiles.select([c for c in profiles.column_names
                                         if c != "background"]))
         try:
             matched = table.filter(where_filter(where, table.column_names))

@@ -201,6 +201,15 @@ def _table_of(part: Path) -> str:
     return part.stem.rsplit("-r", 1)[0]
 
 
+def plain_categories(table: pa.Table) -> pa.Table:
+    """``table`` with its categories (dictionary columns) as their values, so filters and
+    queries compare them as text."""
+    for i, field in enumerate(table.schema):
+        if pa.types.is_dictionary(field.type):
+            table = table.set_column(i, field.name, table.column(i).cast(field.type.value_type))
+    return table
+
+
 def _parts(directory: Path, name: str) -> list[Path]:
     """The step files of table ``name`` in ``directory``, in step order."""
     found = [p for p in directory.glob(f"{name}-r*.parquet") if _table_of(p) == name]

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from populace.core import Msg, PopulaceError
 from populace.llm import read_agent_calls
-from populace.results import CheckpointError, RunDirectory, read_agent_state
+from populace.results import CheckpointError, RunDirectory, plain_categories, read_agent_state
 
 MAX_PAGE = 200
 MAX_CELL = 160           # characters of a text cell in a search result
@@ -70,14 +70,6 @@ def _step_column(table: pa.Table) -> str | None:
     return next((c for c in _STEP_COLUMNS if c in table.column_names), None)
 
 
-def _plain_types(table: pa.Table) -> pa.Table:
-    """Categories (dictionary columns) as their values, so filters treat them as text."""
-    for i, field in enumerate(table.schema):
-        if pa.types.is_dictionary(field.type):
-            table = table.set_column(i, field.name, table.column(i).cast(field.type.value_type))
-    return table
-
-
 class AgentBrowser:
     """Queries over the agents of run directories (a few tables kept in memory)."""
 
@@ -101,9 +93,9 @@ class AgentBrowser:
             profiles = directory.read_profiles()
             if profiles is None:
                 raise FileNotFoundError("this run has no profiles")
-            table = _plain_types(profiles)
+            table = plain_categories(profiles)
         else:
-            table = _plain_types(directory.read_table(name))
+            table = plain_categories(directory.read_table(name))
         self._cache[key] = (version, table)
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
