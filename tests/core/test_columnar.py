@@ -49,8 +49,8 @@ def test_scalar_replies_round_trip_through_columns() -> None:
     packed = pack(values)
     assert packed is not None
     assert len(packed) == 5 and packed.content_type is None and packed.role == "assistant"
-    assert packed.senders == [0, 1, 2, 3, 4]
-    assert packed.columns == {"": [42, 2.5, "forty", None, True]}
+    assert packed.arrow("sender").to_pylist() == [0, 1, 2, 3, 4]
+    assert packed.columns == {"": [42, 2.5, "forty", None, True]}  # mixed: kept as a list
     out = wire(packed)
     assert out == values
     assert [type(m.content) for m in out] == [int, float, str, type(None), bool]
@@ -62,7 +62,8 @@ def test_dataclass_replies_round_trip_as_one_column_per_field() -> None:
     packed = pack(values)
     assert packed is not None and packed.content_type is Guess and packed.role == "assistant"
     assert list(packed.columns) == ["number", "text", "valid"]
-    assert packed.columns["valid"] == [True, False, True, False]
+    assert packed.columns["valid"].to_pylist() == [True, False, True, False]  # Arrow
+    assert packed.columns["number"].type == "double" and packed.columns["text"].type == "string"
     out = wire(packed)
     assert out == values
     assert all(type(m.content) is Guess for m in out)

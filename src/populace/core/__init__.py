@@ -5,6 +5,7 @@
 
 from ._agent import Agent, Memory, PerWorker, Profile
 from ._backend import Backend, LocalBackend, ServiceHandle, make_backend
+from ._columnar import outcomes_table
 from ._driver import SharedTimers, Signal, current_agent
 from ._errors import (
     CallTimeout,
@@ -66,6 +67,7 @@ __all__ = [
     "gather",
     "make_backend",
     "mix64",
+    "outcomes_table",
     "seed_for",
     "ship_by_value",
     "unit_float",

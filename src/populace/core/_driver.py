@@ -101,11 +101,24 @@ class Signal:
         return None
 
     def __await__(self) -> Generator[Any, None, None]:
-        if not self._fired:
-            if Driving.depth:
-                yield self  # stepped by a worker's driver, which parks on us directly
-            else:
-                yield from _task_wait(self)
+        # No generator per waiter: a driven wait iterates the signal itself (a hundred
+        # thousand agents waiting on one timer hold no frame for it); a Task waits on a
+        # future of its own.
+        if self._fired:
+            return iter(())  # type: ignore[return-value]  # an iterator is all await needs
+        if Driving.depth:
+            return self  # type: ignore[return-value]  # driven: parked on directly
+        return _task_wait(self)
+
+    def __iter__(self) -> Signal:
+        return self
+
+    def __next__(self) -> Signal:
+        """A driven waiter's step: yields the signal while pending (the driver parks on it),
+        then ends the wait once it fired."""
+        if self._fired:
+            raise StopIteration
+        return self
 
 
 class SharedTimers:

@@ -15,7 +15,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Generator, Iterable, Sequence
 from contextvars import Context
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import numpy as np
+
+from ._columnar import PackedReplies, objects_table, replies_table
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 T = TypeVar("T")
 
@@ -266,9 +273,14 @@ class PlaceholderSet(_Awaitable, Generic[T]):
     ``await pset`` gives the list of results (raising the first error in member order);
     ``pset.results(return_exceptions=True)`` gives errors in place; ``pset.n_done`` and
     ``pset.progress`` serve progress bars; ``pset[i]`` is a :class:`Placeholder` for one member.
+    ``pset.table()`` reads the replies as one Arrow table.
+
+    Replies from remote workers arrive as columns (:class:`~populace.core._columnar.
+    PackedReplies`); they are kept so until the list of results is asked for, so a step
+    that reads them as a table makes no object per member.
     """
 
-    __slots__ = ("_element_waiters", "_errors", "_listeners", "_n_done", "_values")
+    __slots__ = ("_element_waiters", "_errors", "_listeners", "_n_done", "_packed", "_values")
 
     def __init__(
         self,
@@ -279,6 +291,8 @@ class PlaceholderSet(_Awaitable, Generic[T]):
     ) -> None:
         super().__init__(loop, origin, ledger)
         self._values: list[Any] = [_PENDING] * size
+        # Replies kept as columns, with their members' positions (not yet in _values).
+        self._packed: list[tuple[np.ndarray, PackedReplies]] = []
         self._errors: dict[int, BaseException] = {}
         self._n_done = 0
         self._element_waiters: dict[int, list[Placeholder[T]]] | None = None
@@ -328,6 +342,7 @@ class PlaceholderSet(_Awaitable, Generic[T]):
         self._observe()
         if self._errors:
             raise self._errors[min(self._errors)]
+        self._unpack()
         return list(self._values)  # a copy: done() depends on the length of _values
 
     def results(self, *, return_exceptions: bool = True) -> list[T | BaseException]:
@@ -336,6 +351,7 @@ class PlaceholderSet(_Awaitable, Generic[T]):
             return self.result()  # type: ignore[return-value]
         self._check_done()
         self._observe()
+        self._unpack()
         out: list[Any] = list(self._values)
         for i, e in self._errors.items():  # failed members still hold the pending marker
             out[i] = e
@@ -347,9 +363,34 @@ class PlaceholderSet(_Awaitable, Generic[T]):
         For saving a part of a long operation before it ends (a checkpoint inside a round,
         a clean stop); does not mark errors as seen.
         """
+        self._unpack()
         values, errors = self._values, self._errors
         positions = [i for i, v in enumerate(values) if v is not _PENDING or i in errors]
         return positions, [errors[i] if i in errors else values[i] for i in positions]
+
+    def table(self) -> pa.Table:
+        """The replies as one Arrow table in member order: ``sender``, the content's
+        columns (a dataclass's fields, or ``content`` for plain values) and ``error``
+        (``"Type: message"`` of a failed member, whose other columns are null).
+
+        Needs every reply to be a :class:`~populace.core.Msg` whose content is of one
+        dataclass type, or plain values (numbers, strings, bools, None), with one role;
+        TypeError otherwise. Replies from remote workers are read from their columns,
+        with no object made per member. Marks the errors as seen.
+        """
+        self._check_done()
+        self._observe()
+        n, errors = len(self._values), self._errors
+        chunks = list(self._packed)
+        if sum(len(c) for _, c in chunks) < n - len(errors):
+            # Some replies are objects already (a local worker's): pack them all together.
+            self._unpack()
+            ok = np.ones(n, dtype=bool)
+            ok[list(errors)] = False
+            at = np.flatnonzero(ok)
+            values = self._values if not errors else [self._values[i] for i in at.tolist()]
+            return objects_table(n, at, values, errors, f"{self._origin}.table()")
+        return replies_table(n, chunks, errors)
 
     def exceptions(self) -> dict[int, BaseException]:
         """``{member index: error}`` for every failed member (marks the errors as seen)."""
@@ -371,6 +412,7 @@ class PlaceholderSet(_Awaitable, Generic[T]):
         self._observe()
         if self._errors:
             return None, self._errors[min(self._errors)]
+        self._unpack()
         return list(self._values), None
 
     def __getitem__(self, i: int) -> Placeholder[T]:
@@ -379,6 +421,7 @@ class PlaceholderSet(_Awaitable, Generic[T]):
         if not -n <= i < n:
             raise IndexError(f"member {i} out of range for a set of {n}")
         i %= n
+        self._unpack()
         p: Placeholder[T] = Placeholder(self._loop, f"{self._origin}[{i}]", None)
         if i in self._errors:
             p.set_exception(self._errors[i])
@@ -391,8 +434,20 @@ class PlaceholderSet(_Awaitable, Generic[T]):
         return p
 
     # -- filled by the runtime ---------------------------------------------------------------
-    def _fill(self, positions: Sequence[int], values: Sequence[Any]) -> None:
+    def _fill(self, positions: Sequence[int] | np.ndarray, values: Sequence[Any]) -> None:
         self._check_room(len(positions))
+        if type(values) is PackedReplies and not self._element_waiters:
+            self._packed.append((np.asarray(positions, dtype=np.int64), values))
+            self._n_done += len(positions)
+            for fn in self._listeners:
+                fn(values, ())
+            if self.done():
+                self._fire()
+            return
+        if type(values) is PackedReplies:
+            values = values.unpack()
+        if type(positions) is np.ndarray:
+            positions = positions.tolist()
         vals = self._values
         for pos, v in zip(positions, values, strict=True):
             vals[pos] = v
@@ -430,8 +485,17 @@ class PlaceholderSet(_Awaitable, Generic[T]):
                 f"{self._origin}: {n} more outcomes for {len(self._values) - self._n_done} "
                 "members still pending: a member is set only once")
 
+    def _unpack(self) -> None:
+        """Put the replies kept as columns into the list of values, as ``Msg`` objects."""
+        packed, self._packed = self._packed, []
+        values = self._values
+        for positions, replies in packed:
+            for pos, v in zip(positions.tolist(), replies.unpack(), strict=True):
+                values[pos] = v
+
     def _fail_pending(self, error: BaseException, positions: Iterable[int] | None = None) -> None:
         """Fail every member (of ``positions``, default all) that has no outcome yet."""
+        self._unpack()
         values, errors = self._values, self._errors
         candidates = range(len(values)) if positions is None else positions
         missing = [int(i) for i in candidates if values[i] is _PENDING and i not in errors]

@@ -23,6 +23,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from ._agent import Agent
 from ._backend import Deliver, Request
 from ._columnar import pack
@@ -149,6 +151,7 @@ class WorkerActor:
                 packed = pack(u.values)
                 if packed is not None:
                     u.values = packed  # type: ignore[assignment]
+                    u.slots = np.asarray(u.slots, dtype=np.int64)  # type: ignore[assignment]
         return updates, self.worker.statistics()
 
     async def stats(self) -> WorkerStats:

@@ -478,9 +478,10 @@ class Simulation:
                 if workers[u.segment] < 0:
                     continue  # its worker was lost meanwhile: those members failed already
                 seg = positions[u.segment]
-                if type(u.values) is PackedReplies:
-                    u.values = u.values.unpack()
-                if u.slots:
+                if type(u.values) is PackedReplies:  # kept as columns (see PlaceholderSet)
+                    at = np.asarray(u.slots, dtype=np.int64)
+                    pset._fill(at + seg.start if type(seg) is range else seg[at], u.values)
+                elif u.slots:
                     if type(seg) is range:
                         start = seg.start
                         pset._fill([start + s for s in u.slots], u.values)

@@ -147,6 +147,10 @@ def _process_sample() -> tuple[int, float, float, int | None]:
     return pid, time.process_time(), now, last[2]
 
 
+#: Calls of a group request a worker starts in one loop tick.
+SLICE = 4096
+
+
 def _note_origin(error: BaseException, agent_id: int, target: Target) -> None:
     """Name the agent on its error, once: one exception object shared by many agents (or
     re-raised by a dependent agent) must not collect a note per agent."""
@@ -253,6 +257,7 @@ class Worker:
         self._n_done = 0
         self._n_failed = 0
         self._n_waiting = 0
+        self._closed = False
 
     # -- agents ------------------------------------------------------------------------------
     def create(
@@ -328,17 +333,30 @@ class Worker:
             self._n_started += 1
             self._run_one(agent, req.target, args, sink, 0)
 
-    def _run_group(self, req: GroupRequest, args: tuple[Any, ...]) -> None:
-        seg = _Segment(self, req)
+    def _run_group(self, req: GroupRequest, args: tuple[Any, ...], first: int = 0,
+                   seg: _Segment | None = None) -> None:
+        """Start the calls of slots ``first …`` of ``req``, :data:`SLICE` of them now and the
+        rest in later loop ticks: answers that came back meanwhile are handled (and freed)
+        between slices, and the worker keeps reporting, so a worker starting five million
+        calls neither holds five million suspended calls at once nor goes silent."""
+        if self._closed:
+            return
+        if seg is None:
+            seg = _Segment(self, req)
         agents = self._agents
         target = req.target
-        self._n_started += len(req.locals)
+        last = min(first + SLICE, len(req.locals))
+        self._n_started += last - first
+        locals_ = req.locals[first:last]
         if req.each is not None:
-            for slot, (local, extra) in enumerate(zip(req.locals, req.each, strict=True)):
+            for slot, local, extra in zip(range(first, last), locals_, req.each[first:last],
+                                          strict=True):
                 self._run_one(agents[local], target, (*args, extra), seg, slot)
-            return
-        for slot, local in enumerate(req.locals):
-            self._run_one(agents[local], target, args, seg, slot)
+        else:
+            for slot, local in zip(range(first, last), locals_, strict=True):
+                self._run_one(agents[local], target, args, seg, slot)
+        if last < len(req.locals):
+            self._loop.call_soon(self._run_group, req, args, last, seg)
 
     def _run_one(self, agent: Agent, target: Target, args: tuple[Any, ...], sink: Any,
                  slot: int) -> None:
@@ -399,6 +417,7 @@ class Worker:
 
     async def aclose(self) -> None:
         """Release per-worker resources (those with an ``aclose`` or ``close`` method)."""
+        self._closed = True  # slices of group requests not started yet never start
         resources, self._resources = self._resources, {}
         for _spec, obj in resources.values():
             closer = getattr(obj, "aclose", None)

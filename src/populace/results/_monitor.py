@@ -773,9 +773,11 @@ class RunMonitor:
             self._kinds = kinds
         if not pending or self._measure is None:
             return
-        values = pending[0] if len(pending) == 1 else [v for b in pending for v in b]
-        numbers, latency = self._measure(values)
-        numbers = np.asarray(numbers, dtype=np.float64)
+        # Batch by batch: a batch may be replies kept as columns, which a measure reads
+        # without making an object per reply.
+        measured = [self._measure(b) for b in pending]
+        numbers = np.concatenate([np.asarray(m[0], dtype=np.float64) for m in measured])
+        latency = np.concatenate([np.asarray(m[1], dtype=np.float64) for m in measured])
         ok = numbers[np.isfinite(numbers)]
         edges, counts = self._binned
         if ok.size:

@@ -19,12 +19,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from populace.config import validate
-from populace.core import ModelError, Msg, derive_seed
+from populace.core import ModelError, Msg, derive_seed, outcomes_table
 from populace.launch import Rows, Run, RunFile, RunOptions, Scenario, ScenarioSettings, launch
 from populace.population import diversity_report
 from populace.results import RunDirectory, RunMonitor, atomic_write
 
-from ._agents import Guess, Participant, Rules
+from ._agents import Participant, Rules
 from ._config import GameConfig, RunConfig
 from ._prompts import FAMOUS_NOTE, GROUP_NOTE, INSTRUCTIONS, composition, describe_target
 from ._rules import RoundOutcome, group_outcome, score_groups, score_round
@@ -119,57 +119,50 @@ def _round_prompt(config: RunConfig, round_no: int, last: RoundOutcome | None,
 
 
 def _table(round_no: int, ids: np.ndarray, groups: np.ndarray, models: pa.Array,
-           results: list[Any]) -> pa.Table:
-    """One row per agent for this round, from the members' replies (or errors)."""
-    n = len(results)
-    number = np.full(n, np.nan)
-    raw: list[str | None] = [None] * n
-    extract_raw: list[str | None] = [None] * n
-    error: list[str | None] = [None] * n
-    latency = np.full(n, np.nan)
-    calls = np.zeros(n, dtype=np.int8)
-    retries = np.zeros(n, dtype=np.int16)
-    ptok = np.zeros(n, dtype=np.int32)
-    ctok = np.zeros(n, dtype=np.int32)
-    for i, r in enumerate(results):
-        if isinstance(r, BaseException):
-            error[i] = f"{type(r).__name__}: {r}"
-            continue
-        g: Guess = r.content
-        if g.number is not None:
-            number[i] = g.number
-        raw[i] = g.raw
-        extract_raw[i] = g.extract_raw
-        latency[i] = g.latency_s
-        calls[i] = g.calls
-        retries[i] = g.retries
-        ptok[i] = g.prompt_tokens
-        ctok[i] = g.completion_tokens
-    valid = ~np.isnan(number)
+           replies: pa.Table) -> pa.Table:
+    """One row per agent for this round, from the table of the members' replies (their
+    :class:`Guess` fields, and ``error`` where the call failed): column by column, with no
+    Python object made per agent."""
+    n = replies.num_rows
+
+    def field(name: str, kind: pa.DataType) -> pa.ChunkedArray | pa.Array:
+        if name not in replies.column_names:  # every call failed: no reply had the field
+            return pa.nulls(n, kind)
+        return replies.column(name).cast(kind)
+
+    number = field("number", pa.float64())
+    valid = pc.fill_null(pc.invert(pc.is_nan(number)), False)
+    latency = field("latency_s", pa.float64())
+    none = pa.scalar(None, pa.float64())
     return pa.table({
         "round": pa.array(np.full(n, round_no, dtype=np.int32)),
         "agent_id": pa.array(ids),
         "group": pa.array(groups),
         "model": models,
-        "number": pa.array(number, mask=~valid),
-        "valid": pa.array(valid),
-        "raw": pa.array(raw, type=pa.string()),
-        "extract_raw": pa.array(extract_raw, type=pa.string()),
-        "error": pa.array(error, type=pa.string()),
-        "latency_s": pa.array(latency, mask=np.isnan(latency)),
-        "calls": pa.array(calls),
-        "retries": pa.array(retries),
-        "prompt_tokens": pa.array(ptok),
-        "completion_tokens": pa.array(ctok),
+        "number": pc.if_else(valid, number, none),
+        "valid": valid,
+        "raw": field("raw", pa.string()),
+        "extract_raw": field("extract_raw", pa.string()),
+        "error": replies.column("error"),
+        "latency_s": pc.if_else(pc.fill_null(pc.is_nan(latency), False), none, latency),
+        "calls": pc.fill_null(field("calls", pa.int8()), 0),
+        "retries": pc.fill_null(field("retries", pa.int16()), 0),
+        "prompt_tokens": pc.fill_null(field("prompt_tokens", pa.int32()), 0),
+        "completion_tokens": pc.fill_null(field("completion_tokens", pa.int32()), 0),
     }, schema=RESPONSE_SCHEMA)
 
 
 def _live(values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """Numbers (NaN when invalid) and latencies of replies as they arrive, for the monitor."""
-    guesses = [v.content for v in values]
-    numbers = np.fromiter((np.nan if g.number is None else g.number for g in guesses),
-                          np.float64, len(guesses))
-    return numbers, np.fromiter((g.latency_s for g in guesses), np.float64, len(guesses))
+    """Numbers (NaN when invalid) and latencies of replies as they arrive, for the monitor
+    (read from their columns when they came packed)."""
+    replies = outcomes_table(values)
+    if "number" not in replies.column_names:
+        return np.full(len(values), np.nan), np.full(len(values), np.nan)
+
+    def floats(name: str) -> np.ndarray:
+        return replies.column(name).cast(pa.float64()).to_numpy()  # nulls are NaN
+
+    return floats("number"), floats("latency_s")
 
 
 def _usage(table: pa.Table, config: RunConfig) -> dict[str, dict[str, Any]]:
@@ -283,7 +276,7 @@ class GuessNumber(Scenario):
     def _rows(self, t: int) -> Rows:
         def rows(at: np.ndarray, outcomes: list[Any]) -> pa.Table:
             return _table(t, self.ids[at], self.groups[at], self.models.take(pa.array(at)),
-                          outcomes)
+                          outcomes_table(outcomes))
         return rows
 
     async def step(self, run: Run, t: int) -> None:
@@ -291,15 +284,17 @@ class GuessNumber(Scenario):
         # One seed per round; each participant mixes in its id (seed_for).
         ask = Msg("moderator", _round_prompt(config, t, self.last, self.composition_note),
                   metadata={"round": t, "seed": derive_seed(config.seed, t)})
-        results = await run.collect(self.players.broadcast(ask), measure=_live,
-                                    partial=("responses", self._rows(t)), on_error="return")
-        if game.on_model_error == "stop":
-            failed = [r for r in results if isinstance(r, ModelError)]
+        answers = self.players.broadcast(ask)
+        replies = await run.collect(answers, measure=_live, on_error="return", as_table=True,
+                                    partial=("responses", self._rows(t)))
+        if game.on_model_error == "stop" and answers.n_failed:
+            failed = [e for _, e in sorted(answers.exceptions().items())
+                      if isinstance(e, ModelError)]
             if failed:
                 raise ModelError(
                     f"round {t}: {len(failed)} participant(s) got no answer "
                     f"(first: {failed[0]}); stopped as game.on_model_error is 'stop'")
-        table = _table(t, self.ids, self.groups, self.models, results)
+        table = _table(t, self.ids, self.groups, self.models, replies)
         numbers = table.column("number").to_numpy(zero_copy_only=False)
         last = score_round(t, numbers, game.ratio, game.offset)
         scores = score_groups(numbers, self.groups, game.ratio, game.offset) \
