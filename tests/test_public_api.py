@@ -21,7 +21,8 @@ API: dict[str, set[str]] = {
         "ServiceLost",
         "SharedTimers", "Signal", "Simulation", "SimulationClosed", "SimulationStats",
         "TaskOwner", "UnobservedFailureWarning", "WorkerLost", "WorkerStats", "current_agent",
-        "derive_seed", "gather", "make_backend", "mix64", "seed_for", "ship_by_value",
+        "derive_seed", "gather", "make_backend", "mix64", "outcomes_table", "seed_for",
+        "ship_by_value",
         "unit_float", "wait"},
     "populace.environment": {
         "ClientStats", "DuplicateKeyError", "Env", "EnvClient", "EnvError", "EnvEvent",
