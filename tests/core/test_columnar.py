@@ -71,7 +71,8 @@ def test_dataclass_replies_round_trip_as_one_column_per_field() -> None:
 
 @pytest.mark.parametrize(("values", "why"), [
     ([], "nothing to pack"),
-    ([1, 2], "not messages"),
+    ([[1], [2]], "not messages, nor plain values"),
+    ([1, Msg(0, 1)], "a plain value, then a message"),
     ([Reply(0, 1), Reply(1, 2)], "a Msg subclass would come back as Msg"),
     ([Msg(0, 1), Reply(1, 2)], "a subclass after the first"),
     ([Msg(0, 1), Msg(1, 2, "assistant")], "two roles"),
@@ -91,3 +92,16 @@ def test_what_does_not_fit_is_sent_as_it_is(values: list[Any], why: str) -> None
 def test_a_dataclass_type_is_not_packed_as_its_content() -> None:
     # A class object is not an instance: it travels as is.
     assert pack([Msg(0, Guess)]) is None
+
+
+@pytest.mark.parametrize("values", [
+    [None] * 5, [1, 2, 3], [0.5, None, 2.5], ["a", None], [True, False], [1, "a", None, 2.5],
+])
+def test_plain_values_of_a_map_round_trip_with_no_senders(values: list[Any]) -> None:
+    packed = pack(values)
+    assert packed is not None and packed.role is None and packed.senders is None
+    assert len(packed) == len(values)
+    again = pickle.loads(pickle.dumps(packed))
+    out = again.unpack()
+    assert out == values and [type(v) for v in out] == [type(v) for v in values]
+    assert again.arrow("sender").null_count == len(values)

@@ -91,3 +91,38 @@ async def test_calls_in_flight_are_counted_inside_agents_too() -> None:
         assert len(await answers) == 300
         (after,) = sim.statistics().workers[0].resources
         assert after.in_flight == 0
+
+
+async def test_a_call_is_a_coroutine_to_asyncio_without_a_frame() -> None:
+    """``complete`` hands back a small object, not a coroutine frame; asyncio still takes it
+    as a coroutine (create_task, gather, wait_for), it answers as ``send`` does, and a
+    cancelled wait takes its wake-up back from the shared timer."""
+    import collections.abc
+    import sys
+
+    from populace.llm import Request
+
+    model = DummyModel(latency=0.2)
+    call = model.complete([], seed=7)
+    assert isinstance(call, collections.abc.Coroutine)
+    assert sys.getsizeof(call) < 120  # a coroutine frame here is over 250 bytes
+    direct = await call
+    in_task = await asyncio.create_task(model.complete([], seed=7))
+    sent = await model.send(Request([], seed=7))
+    gathered = await asyncio.gather(model.complete([], seed=7), model.complete([], seed=8))
+    assert direct.text == in_task.text == sent.text == gathered[0].text
+    waiting = asyncio.create_task(model.complete([], seed=9))
+    await asyncio.sleep(0.01)
+    assert model.statistics().in_flight == 1
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert model.statistics().in_flight == 0  # the cancelled wait left the timer
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.01):
+            await model.complete([], seed=9)
+    assert model.statistics().in_flight == 0
+    instant = DummyModel(latency=0)
+    assert (await instant.complete([], seed=7)).text == direct.text
+    assert (await asyncio.create_task(instant.complete([], seed=7))).text == direct.text
+    assert model.statistics().requests == 7  # the instant model's calls are its own

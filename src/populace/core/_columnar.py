@@ -41,6 +41,8 @@ def _column(values: list[Any]) -> pa.Array | list[Any]:
     back from it unchanged; else the list itself."""
     kinds = set(map(type, values))
     kinds.discard(_NONE)
+    if not kinds:  # all None (a map of a method that returns nothing)
+        return pa.nulls(len(values))
     if len(kinds) != 1:
         return values  # mixed (an int and a float would come back as two floats), or no type
     arrow = _ARROW_TYPES.get(kinds.pop())
@@ -56,16 +58,19 @@ def _values(column: pa.Array | list[Any]) -> list[Any]:
     return column.to_pylist() if isinstance(column, pa.Array) else column
 
 
-class PackedReplies(Sequence[Msg]):
-    """Many ``Msg`` replies sharing a role and a content type, stored as columns.
+class PackedReplies(Sequence[Any]):
+    """Many ``Msg`` replies sharing a role and a content type, stored as columns; or, with
+    ``role`` None, plain values (what a ``map`` of a method returning numbers, strings or
+    None gives), in one column and with no senders.
 
-    A sequence of ``Msg``: indexing or iterating makes the messages (once, then kept);
+    A sequence of the replies: indexing or iterating makes them (once, then kept);
     :meth:`arrow` reads a column without making any.
     """
 
     __slots__ = ("_msgs", "columns", "content_type", "role", "senders")
 
-    def __init__(self, content_type: type | None, role: str, senders: pa.Array | list[Any],
+    def __init__(self, content_type: type | None, role: str | None,
+                 senders: pa.Array | list[Any] | None,
                  columns: dict[str, pa.Array | list[Any]]) -> None:
         self.content_type = content_type  # None: content is a scalar, in columns[CONTENT]
         self.role = role
@@ -74,7 +79,7 @@ class PackedReplies(Sequence[Msg]):
         self._msgs: list[Msg] | None = None
 
     def __len__(self) -> int:
-        return len(self.senders)
+        return len(next(iter(self.columns.values())))
 
     def __reduce__(self) -> Any:
         return (PackedReplies, (self.content_type, self.role, self.senders, self.columns))
@@ -85,11 +90,14 @@ class PackedReplies(Sequence[Msg]):
     def __iter__(self) -> Iterator[Msg]:
         return iter(self.unpack())
 
-    def unpack(self) -> list[Msg]:
-        """The replies as ``Msg`` objects, equal to those the agents returned."""
+    def unpack(self) -> list[Any]:
+        """The replies as ``Msg`` objects (or plain values), equal to those returned."""
         if self._msgs is not None:
             return self._msgs
-        role, senders = self.role, _values(self.senders)
+        if self.senders is None:  # plain values
+            self._msgs = list(_values(self.columns[CONTENT]))
+            return self._msgs
+        role, senders = self.role or "", _values(self.senders)
         if self.content_type is None:
             out = [Msg(s, c, role)
                    for s, c in zip(senders, _values(self.columns[CONTENT]), strict=True)]
@@ -104,6 +112,8 @@ class PackedReplies(Sequence[Msg]):
         """Column ``name`` (a content field, ``"sender"``, or :data:`CONTENT`) as an Arrow
         array; TypeError naming it when its values do not fit one Arrow type."""
         column = self.senders if name == "sender" else self.columns[name]
+        if column is None:  # plain values have no senders
+            return pa.nulls(len(self))
         if isinstance(column, pa.Array):
             return column
         try:
@@ -122,9 +132,13 @@ def pack(values: Sequence[Any]) -> PackedReplies | None:
     """Columns for ``values`` if they fit the format, else None (send them as they are)."""
     if type(values) is PackedReplies:
         return values
-    if not values or type(values[0]) is not Msg:
+    if not values:
         return None
     first = values[0]
+    if type(first) is not Msg:
+        if not all(type(v) in _SCALARS for v in values):
+            return None
+        return PackedReplies(None, None, None, {CONTENT: _column(list(values))})
     role, ct = first.role, type(first.content)
     if isinstance(first.content, _SCALARS):
         for v in values:

@@ -197,7 +197,7 @@ class Call:
             _leave(token)
             Driving.depth -= 1
         if type(awaited) in _FAST:
-            awaited._park(self.step)
+            awaited._park(self)  # the call itself is its wake-up: no bound method per wait
         elif awaited is None:  # a bare yield, as in asyncio.sleep(0)
             self.loop.call_soon(self.step)
         elif getattr(awaited, "_asyncio_future_blocking", None) is not None:
@@ -209,6 +209,8 @@ class Call:
                 self.slot,
                 RuntimeError(f"agent coroutine awaited an unsupported object: {awaited!r}"),
             )
+
+    __call__ = step
 
     def _wake(self, _future: Any) -> None:
         self.step()

@@ -490,6 +490,11 @@ class PlaceholderSet(_Awaitable, Generic[T]):
         packed, self._packed = self._packed, []
         values = self._values
         for positions, replies in packed:
+            first, n = int(positions[0]), len(positions)
+            if int(positions[-1]) - first + 1 == n and (n < 3 or bool(
+                    np.all(positions[1:] > positions[:-1]))):  # one run of members
+                values[first:first + n] = replies.unpack()
+                continue
             for pos, v in zip(positions.tolist(), replies.unpack(), strict=True):
                 values[pos] = v
 

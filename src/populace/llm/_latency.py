@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 
-from populace.core import SharedTimers
+from populace.core import SharedTimers, Signal
 
 
 async def _no_wait() -> None:
@@ -36,10 +36,14 @@ class SimulatedLatency:
 
     def wait(self, seconds: float | None = None) -> Awaitable[None]:
         """Wait ``seconds`` (default: the configured latency)."""
-        if seconds is None:
-            seconds = self.seconds
+        signal = self.signal(self.seconds if seconds is None else seconds)
+        return _no_wait() if signal is None else signal
+
+    def signal(self, seconds: float) -> Signal | None:
+        """The timer's signal for a wait of ``seconds``; None when there is nothing to wait
+        (for callers that step the wait themselves, as the dummy model's calls do)."""
         if seconds <= 0:
-            return _no_wait()
+            return None
         if self._timers is None:  # created in the loop of the worker that first waits
             self._timers = SharedTimers(asyncio.get_running_loop())
         return self._timers.sleep(seconds)
