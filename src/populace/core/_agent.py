@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from ._msg import Msg
@@ -94,6 +95,11 @@ class PerWorker:
         return self.factory(*self.args, **self.kwargs)
 
 
+#: The profile of an agent created without one: empty, read-only and shared (a million
+#: agents need not hold a million empty dicts).
+NO_PROFILE: Mapping[str, Any] = MappingProxyType({})
+
+
 class Agent:
     """Base class of every agent: subclass it and write ``async def reply(self, msg)``.
 
@@ -120,7 +126,7 @@ class Agent:
                 "accept them in your subclass's __init__"
             )
         self.id = id
-        self.profile: Mapping[str, Any] = profile if profile is not None else {}
+        self.profile: Mapping[str, Any] = profile if profile is not None else NO_PROFILE
         self._memory: Memory | None = None
 
     @property

@@ -240,6 +240,8 @@ class Simulation:
         first_id = self._next_id
         member_worker = self._place(n, colocate)
         local_of = np.empty(n, dtype=np.int64)
+        shares: list[tuple[int, np.ndarray]] = []
+        creating: list[Awaitable[int]] = []
         for w in range(self._n_workers):
             members = np.flatnonzero(member_worker == w)
             if members.size == 0:
@@ -251,7 +253,11 @@ class Simulation:
             else:
                 ids = (members + first_id).tolist()
                 cols = _take(columns, members)
-            local = await self._backend.create(w, cls, ids, cols, init)
+            shares.append((w, members))
+            creating.append(self._backend.create(w, cls, ids, cols, init))
+        # Every worker builds its share at once (remote workers in parallel).
+        firsts = await asyncio.gather(*creating)
+        for (w, members), local in zip(shares, firsts, strict=True):
             local_of[members] = np.arange(local, local + members.size)
             self._per_worker[w] += int(members.size)
         self._worker_of = np.concatenate([self._worker_of, member_worker.astype(np.int32)])

@@ -72,16 +72,19 @@ class Participant(Agent):
                  models: Mapping[str, ModelClient], rules: Rules,
                  env: EnvVerbs | None = None) -> None:
         super().__init__(id, profile)
-        name = profile["model"] if profile is not None and "model" in profile \
-            else next(iter(models))
-        self.model = models[name]
-        self.protocol = (rules.protocols or {}).get(name, "direct")
         self.rules = rules
         self.env = env
-        # Where I read the game's news: my group's environment in group play (so I see my
-        # group's report and, falling through, the global announcement), else the global one.
-        self.place = group_path(profile["group"]) \
-            if profile is not None and "group" in profile else None
+        if profile is None:
+            name = next(iter(models))
+            self.place = None
+        else:
+            name = profile["model"] if "model" in profile else next(iter(models))
+            # Where I read the game's news: my group's environment in group play (so I see
+            # my group's report and, falling through, the global announcement), else the
+            # global one.
+            self.place = group_path(profile["group"]) if "group" in profile else None
+        self.model = models[name]
+        self.protocol = rules.protocols.get(name, "direct") if rules.protocols else "direct"
 
     @property
     def memory_size(self) -> int:  # type: ignore[override]
@@ -179,14 +182,19 @@ class Participant(Agent):
         return Msg(self.id, guess, role="assistant")
 
 
+    def listens(self) -> bool:
+        """Whether I remember how rounds ended: I have a memory, an environment to read
+        and a model that reads prompts (the game tells only those who listen)."""
+        return self.env is not None and bool(self.rules.memory_rounds) \
+            and getattr(self.model, "reads_prompt", True)
+
     def hear(self, round_no: int) -> Coroutine[Any, Any, None] | None:
         """Learn how round ``round_no`` ended, from the game's environment.
 
-        Nothing is read when nothing would be remembered (no memory, or a model that does
-        not read prompts): a million agents then cost no environment traffic.
+        Nothing is read when nothing would be remembered (see :meth:`listens`): a million
+        agents then cost no environment traffic.
         """
-        if self.env is None or not self.rules.memory_rounds \
-                or not getattr(self.model, "reads_prompt", True):
+        if not self.listens():
             return None
         return self._hear(round_no)
 

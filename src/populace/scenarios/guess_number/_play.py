@@ -271,6 +271,15 @@ class GuessNumber(Scenario):
             profiles=profiles.select(columns) if columns else None,
             init={"models": run.models(in_use), "rules": rules,
                   "env": run.env_client(self.world)})
+        # Who hears the rounds' results: one participant per model says whether it listens
+        # (a model that ignores prompts needs none), and only those are told: a million
+        # agents on the dummy model cost no call between rounds.
+        listening = [name for name in in_use
+                     if await self.players[int(np.flatnonzero(assigned == name)[0])].call(
+                         Participant.listens)]
+        self.listeners = (self.players if len(listening) == len(in_use)
+                          else None if not listening
+                          else self.players.select(np.flatnonzero(np.isin(assigned, listening))))
         self.last: RoundOutcome | None = None
 
     def _rows(self, t: int) -> Rows:
@@ -305,8 +314,8 @@ class GuessNumber(Scenario):
         run.record("responses", table)
         # The outcome goes to the game's environment; participants read it there.
         await self.world.apply(publish(last, scores))
-        if game.feedback and last.winner_number is not None:
-            await self.players.map(Participant.hear, t)
+        if game.feedback and last.winner_number is not None and self.listeners is not None:
+            await self.listeners.map(Participant.hear, t)
         for key, value in last.as_dict().items():
             run.metric(key, value)
         run.metric("usage", _usage(table, config))
