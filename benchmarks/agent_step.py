@@ -3,11 +3,10 @@
     .venv/bin/python benchmarks/agent_step.py
 
 Drives ``--agents`` coroutines that await one Signal (two steps each: start, wake), through
-``populace.core._driver.Call`` as it is (a context variable set and reset around each send),
-through the same step without it (as before ``current_agent`` existed), and through the
-cheaper alternative that was weighed: a module global saved and restored around the send,
-which Tasks started by the agent would not inherit. Best and median of ``--repeat``
-interleaved runs, in ns per step.
+``populace.core._driver.Call`` as it is (the running call noted in ``Driving.call``,
+saved and restored around each send; Tasks get the agent from a task factory), and through
+the step before issue 21 (a depth counter and a context variable set and reset around each
+send). Best and median of ``--repeat`` interleaved runs, in ns per step.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ import argparse
 import asyncio
 import statistics
 import time
+from contextvars import ContextVar
 from typing import Any
 
 from populace.core import Signal
@@ -31,44 +31,35 @@ class _Sink:
         raise error
 
 
-class Untagged(Call):
-    """The step before ``current_agent``."""
+class _Depth:
+    depth = 0
+
+
+_var: ContextVar[int | None] = ContextVar("agent_step_bench", default=None)
+
+
+class ContextVariable(Call):
+    """The step before issue 21: a depth counter and a context variable per send."""
 
     __slots__ = ()
 
     def step(self) -> None:
-        Driving.depth += 1
+        outer = Driving.call  # today's Signal needs it to be driven
+        Driving.call = self
+        _Depth.depth += 1
+        token = _var.set(self.agent)
         try:
             awaited = self.coro.send(None)
         except StopIteration as stop:
             self.sink._complete(self.slot, stop.value)
             return
         finally:
-            Driving.depth -= 1
-        awaited._park(self.step)
+            _var.reset(token)
+            _Depth.depth -= 1
+            Driving.call = outer
+        awaited._park(self)
 
-
-_now: int | None = None
-
-
-class ModuleGlobal(Call):
-    """The id in a module global, saved and restored: cheaper, not inherited by Tasks."""
-
-    __slots__ = ()
-
-    def step(self) -> None:
-        global _now
-        Driving.depth += 1
-        before, _now = _now, self.agent
-        try:
-            awaited = self.coro.send(None)
-        except StopIteration as stop:
-            self.sink._complete(self.slot, stop.value)
-            return
-        finally:
-            _now = before
-            Driving.depth -= 1
-        awaited._park(self.step)
+    __call__ = step
 
 
 async def _body(signal: Signal) -> int:
@@ -93,13 +84,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=41)
     args = parser.parse_args()
     loop = asyncio.new_event_loop()
-    kinds: dict[str, type[Call]] = {"untagged": Untagged, "context variable (this tree)": Call,
-                                    "module global": ModuleGlobal}
+    kinds: dict[str, type[Call]] = {"running call (this tree)": Call,
+                                    "context variable (before)": ContextVariable}
     times: dict[str, list[float]] = {k: [] for k in kinds}
     for _ in range(args.repeat):
         for name, cls in kinds.items():
             times[name].append(ns_per_step(cls, args.agents, loop))
-    base = statistics.median(times["untagged"])
+    base = statistics.median(times["running call (this tree)"])
     for name, values in times.items():
         med = statistics.median(values)
         print(f"{name:30s} best {min(values):6.0f} ns  median {med:6.0f} ns  "

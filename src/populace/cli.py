@@ -411,7 +411,10 @@ def bench(
     address: Annotated[str | None, typer.Option(help="Ray cluster to join")] = None,
     as_json: Annotated[bool, _flag("json", "print one JSON object")] = False,
 ) -> None:
-    """Time the guessing game on the dummy model: creation, rounds, CPU per agent, memory."""
+    """Time the guessing game on the dummy model: creation, rounds, CPU per agent, memory.
+
+    Bars on stderr show the agents being created and each round's answers (in a terminal).
+    """
     _seconds("--latency", latency, MAX_LATENCY_S)
     try:
         cfg = validate({
@@ -425,7 +428,8 @@ def bench(
         raise _Fail(f"{flag}: {why}" if why else str(e), EXIT_CONFIG) from None
     timings = Timings()
     with PeakMemory() as peak:
-        asyncio.run(play(cfg, None, None, timings))
+        asyncio.run(play(cfg, None, None, timings,
+                         observers=[ConsoleObserver(err, err, lines=False)]))
     cpu_us = [c / agents * 1e6 for c in timings.round_cpu_s]
     result = {
         "agents": agents, "latency_s": latency, "rounds": rounds, "workers": workers,

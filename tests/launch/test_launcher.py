@@ -183,3 +183,24 @@ def test_the_console_says_what_each_served_model_cost_and_what_caches_gave_back(
     assert traffic_lines({"steps": [step]}) == [
         "qwen: 100 calls, 60 requests sent, 1,000 prompt tokens, 30% repeating a prefix "
         "already sent"]
+
+
+async def test_observers_see_the_agents_being_created_batch_by_batch(
+        votes_file: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from populace.core import _runtime
+
+    monkeypatch.setattr(_runtime, "CREATE_CHUNK", 40)  # two workers: 250 agents in 8 batches
+    seen: list[tuple[str, int, int]] = []
+
+    class Counting(ConsoleObserver):
+        def creating(self, name: str, done: int, total: int) -> None:
+            seen.append((name, done, total))
+
+    run_file = load_run_file(votes_file(agents=250, steps=1, workers=2))
+    await launch(run_file, RunDirectory.create(tmp_path / "out"),
+                 observers=[Counting(Console(quiet=True))])
+    assert len(seen) == 8 and {(name, total) for name, _, total in seen} == {(seen[0][0], 250)}
+    assert [done for _, done, _ in seen] == sorted(done for _, done, _ in seen)
+    assert seen[-1][1] == 250
+    assert read_table(tmp_path / "out", "votes").num_rows == 250  # every agent made once

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from populace.core import ModelError
-from populace.core._driver import _current
+from populace.core._driver import _in_task
 from populace.llm import (
     DummyModel,
     ModelClient,
@@ -28,12 +28,12 @@ from populace.llm._record import _INDEX
 
 @contextmanager
 def as_agent(agent_id: int | None) -> Iterator[None]:
-    """Make ``agent_id`` current, as the driver does while it steps the agent."""
-    token = _current.set(agent_id)
+    """Make ``agent_id`` current, as it is in a Task the agent started."""
+    token = _in_task.set(agent_id)
     try:
         yield
     finally:
-        _current.reset(token)
+        _in_task.reset(token)
 
 
 def prompt(agent_id: int, n: int) -> list[dict[str, str]]:

@@ -10,37 +10,71 @@ Anything asyncio-compatible still works inside an agent (``asyncio.sleep``, futu
 a Task). Code that needs ``asyncio.current_task()`` -- ``asyncio.timeout`` or some HTTP
 clients -- must run in a task of its own: ``await asyncio.create_task(coro)``.
 
-While a step runs, the agent's id is :func:`current_agent` (a context variable, set and
-reset around each send, so steps that nest restore the outer agent's id, and a Task started
-inside a step inherits it); the call log uses it to say which agent made each LLM call.
+While a step runs, the agent's id is :func:`current_agent`: the driver notes the running
+call (saved and restored around each send, so steps that nest give the outer agent's id
+back), and a Task started inside a step is created in a context that names the agent
+(:func:`track_tasks`), so it inherits it; the call log uses it to say which agent made
+each LLM call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Callable, Coroutine, Generator
 from contextvars import ContextVar
 from typing import Any, Protocol
 
 from ._placeholder import Driving, Placeholder, PlaceholderSet, _task_wait
 
-_current: ContextVar[int | None] = ContextVar("populace_current_agent", default=None)
-_enter = _current.set  # bound once: a step is the hottest path there is
-_leave = _current.reset
+# The agent of a Task started inside an agent's step (set in the Task's own context).
+_in_task: ContextVar[int | None] = ContextVar("populace_current_agent", default=None)
 
 
 def current_agent() -> int | None:
     """The id of the agent whose call is running now; None outside any agent's call.
 
     Set while a worker steps an agent's coroutine, and inherited by asyncio Tasks the agent
-    starts (they copy the context they are created in). Plain synchronous methods that a
-    worker calls directly (the default ``observe``) run without it.
+    starts (on a loop that hosts workers: see :func:`track_tasks`). Plain synchronous
+    methods that a worker calls directly (the default ``observe``) run without it.
 
     >>> class Who(Agent):
     ...     async def reply(self, msg):
     ...         return current_agent()        # == self.id
     """
-    return _current.get()
+    call = Driving.call
+    return call.agent if call is not None else _in_task.get()
+
+
+def track_tasks(loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
+    """Make Tasks created on ``loop`` inside an agent's step inherit :func:`current_agent`
+    (a task factory wrapping the loop's own); returns a function putting the old one back.
+
+    Steps note their agent in a plain attribute, not a context variable (setting one per
+    step cost a tenth of a million-agent round), so Tasks, which copy the context they are
+    created in, are given one that names the agent.
+    """
+    previous = loop.get_task_factory()
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any,
+                context: contextvars.Context | None = None) -> Any:
+        call = Driving.call
+        if call is not None and call.agent is not None:
+            if context is None:
+                context = contextvars.copy_context()
+            context.run(_in_task.set, call.agent)
+        if previous is not None:
+            return previous(loop, coro) if context is None \
+                else previous(loop, coro, context=context)  # type: ignore[call-arg]
+        return asyncio.Task(coro, loop=loop, context=context)
+
+    loop.set_task_factory(factory)
+
+    def restore() -> None:
+        if loop.get_task_factory() is factory:
+            loop.set_task_factory(previous)
+
+    return restore
 
 
 class Signal:
@@ -106,7 +140,7 @@ class Signal:
         # future of its own.
         if self._fired:
             return iter(())  # type: ignore[return-value]  # an iterator is all await needs
-        if Driving.depth:
+        if Driving.call is not None:
             return self  # type: ignore[return-value]  # driven: parked on directly
         return _task_wait(self)
 
@@ -181,8 +215,8 @@ class Call:
         self.agent = agent
 
     def step(self) -> None:
-        Driving.depth += 1
-        token = _enter(self.agent)
+        outer = Driving.call
+        Driving.call = self
         try:
             awaited = self.coro.send(None)
         except StopIteration as stop:
@@ -194,8 +228,7 @@ class Call:
             self.sink._failed(self.slot, error)
             return
         finally:
-            _leave(token)
-            Driving.depth -= 1
+            Driving.call = outer
         if type(awaited) in _FAST:
             awaited._park(self)  # the call itself is its wake-up: no bound method per wait
         elif awaited is None:  # a bare yield, as in asyncio.sleep(0)

@@ -61,14 +61,15 @@ class FailureLedger:
 
 
 class Driving:
-    """How many worker driver steps are running now (see ``_driver.Call.step``).
+    """The worker driver step running now, if any (see ``_driver.Call.step``).
 
     Inside a step, awaiting a placeholder or signal yields the object itself and the driver
     parks on it; anywhere else (an asyncio Task, even one that hosts a worker, as in a Ray
-    actor) it waits on a future of its own.
+    actor) it waits on a future of its own. A plain attribute, set and restored around each
+    step: a step is the hottest path there is.
     """
 
-    depth = 0
+    call: Any = None
 
 
 def _task_wait(waitable: Any) -> Generator[Any, None, None]:
@@ -136,7 +137,7 @@ class _Awaitable:
 
     def __await__(self) -> Generator[Any, None, Any]:
         if not self.done():
-            if Driving.depth:
+            if Driving.call is not None:
                 yield self  # stepped by a worker's driver, which parks on us directly
             else:
                 yield from _task_wait(self)

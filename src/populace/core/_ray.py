@@ -28,6 +28,7 @@ import numpy as np
 from ._agent import Agent
 from ._backend import Deliver, Request
 from ._columnar import pack
+from ._driver import track_tasks
 from ._errors import ConfigError, ServiceLost, WorkerLost
 from ._gc import tune_gc
 from ._placeholder import Placeholder
@@ -70,6 +71,7 @@ class WorkerActor:
 
         loop = asyncio.get_running_loop()
         tune_gc()
+        track_tasks(loop)
         self.wakeup = asyncio.Event()
         self.worker = Worker(self.index, loop, self._emit)
         return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()}

@@ -14,6 +14,7 @@ import numpy as np
 from ._agent import Agent
 from ._backend import Backend, Request, make_backend
 from ._columnar import PackedReplies
+from ._driver import track_tasks
 from ._errors import CallTimeout, SimulationClosed
 from ._gc import tune_gc
 from ._handle import AgentGroup, AgentHandle
@@ -31,6 +32,8 @@ from ._worker import (
 )
 
 R = TypeVar("R")
+#: Agents a worker is asked to create per request (progress is reported between them).
+CREATE_CHUNK = 100_000
 _PLACEHOLDERS = (Placeholder, PlaceholderSet)
 Positions = range | np.ndarray
 
@@ -125,6 +128,7 @@ class Simulation:
         self._span_cls: list[type] = []
         self._per_worker = [0] * workers
         self._restore_gc: Callable[[], None] | None = None
+        self._restore_tasks: Callable[[], None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     @property
@@ -140,6 +144,7 @@ class Simulation:
             raise RuntimeError(f"cannot start a simulation that is {self._state}")
         self._loop = asyncio.get_running_loop()
         self._restore_gc = tune_gc()
+        self._restore_tasks = track_tasks(self._loop)
         await self._backend.start(self._n_workers, self._deliver)
         self._state = "running"
         return self
@@ -168,6 +173,9 @@ class Simulation:
         if self._restore_gc is not None:
             self._restore_gc()
             self._restore_gc = None
+        if self._restore_tasks is not None:
+            self._restore_tasks()
+            self._restore_tasks = None
         if unobserved:
             origin, err = unobserved[0]
             warnings.warn(
@@ -220,6 +228,7 @@ class Simulation:
         init: Mapping[str, Any] | None = None,
         name: str | None = None,
         colocate: Sequence[Any] | np.ndarray | None = None,
+        progress: Callable[[int, int], object] | None = None,
     ) -> AgentGroup:
         """Create ``n`` agents of ``cls`` spread evenly over the workers.
 
@@ -228,7 +237,8 @@ class Simulation:
         ``init`` holds keyword arguments for ``cls.__init__``; wrap per-worker resources in
         :class:`PerWorker`. ``colocate`` gives a label per agent: agents with the same label
         share a worker, so a group's traffic stays inside one process (groups are spread to
-        balance the load).
+        balance the load). Workers build their shares at once, :data:`CREATE_CHUNK` agents
+        per request; ``progress(done, n)`` is called after each.
         """
         self._require_running()
         if not (isinstance(cls, type) and issubclass(cls, Agent)):
@@ -240,26 +250,28 @@ class Simulation:
         first_id = self._next_id
         member_worker = self._place(n, colocate)
         local_of = np.empty(n, dtype=np.int64)
-        shares: list[tuple[int, np.ndarray]] = []
-        creating: list[Awaitable[int]] = []
-        for w in range(self._n_workers):
-            members = np.flatnonzero(member_worker == w)
-            if members.size == 0:
-                continue
-            lo, hi = int(members[0]), int(members[-1])
-            if hi - lo + 1 == members.size:  # contiguous: ranges travel and slice cheaply
-                ids: Sequence[int] = range(first_id + lo, first_id + hi + 1)
-                cols = _slice(columns, lo, hi + 1)
-            else:
-                ids = (members + first_id).tolist()
-                cols = _take(columns, members)
-            shares.append((w, members))
-            creating.append(self._backend.create(w, cls, ids, cols, init))
+        done = [0]
+
+        async def build(w: int, members: np.ndarray) -> None:
+            for a in range(0, members.size, CREATE_CHUNK):
+                part = members[a:a + CREATE_CHUNK]
+                lo, hi = int(part[0]), int(part[-1])
+                if hi - lo + 1 == part.size:  # contiguous: ranges travel and slice cheaply
+                    ids: Sequence[int] = range(first_id + lo, first_id + hi + 1)
+                    cols = _slice(columns, lo, hi + 1)
+                else:
+                    ids = (part + first_id).tolist()
+                    cols = _take(columns, part)
+                local = await self._backend.create(w, cls, ids, cols, init)
+                local_of[part] = np.arange(local, local + part.size)
+                self._per_worker[w] += int(part.size)
+                done[0] += int(part.size)
+                if progress is not None:
+                    progress(done[0], n)
+
         # Every worker builds its share at once (remote workers in parallel).
-        firsts = await asyncio.gather(*creating)
-        for (w, members), local in zip(shares, firsts, strict=True):
-            local_of[members] = np.arange(local, local + members.size)
-            self._per_worker[w] += int(members.size)
+        await asyncio.gather(*(build(w, members) for w in range(self._n_workers)
+                               if (members := np.flatnonzero(member_worker == w)).size))
         self._worker_of = np.concatenate([self._worker_of, member_worker.astype(np.int32)])
         self._local_of = np.concatenate([self._local_of, local_of])
         self._span_start.append(first_id)

@@ -22,12 +22,14 @@ def warned_steps(summary: dict[str, Any]) -> int:
 class ConsoleObserver:
     """An :class:`~populace.launch.Observer` that draws on a rich console."""
 
-    def __init__(self, console: Console, errors: Console | None = None) -> None:
+    def __init__(self, console: Console, errors: Console | None = None, *,
+                 lines: bool = True) -> None:
         self.console = console
         self.errors = errors or console  # warnings go here (stderr in the CLI)
+        self.lines = lines  # False: the bars only (benchmarks)
         self.progress = Progress(
-            TextColumn("[bold]step {task.fields[step]}/{task.fields[steps]}"),
-            BarColumn(), MofNCompleteColumn(), TextColumn("answers"), TimeElapsedColumn(),
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[unit]}"), TimeElapsedColumn(),
             console=console, transient=True)
         self._task: Any = None
         self._steps = 0
@@ -43,13 +45,22 @@ class ConsoleObserver:
     def step_started(self, t: int, steps: int) -> None:
         self._steps = steps
 
+    def creating(self, name: str, done: int, total: int) -> None:
+        self._bar(f"creating {name}", done, total, "agents")
+        if done >= total:
+            self._clear()
+
     def step_progress(self, t: int, done: int, total: int) -> None:
+        self._bar(f"step {t}/{self._steps}", done, total, "answers")
+
+    def _bar(self, what: str, done: int, total: int, unit: str) -> None:
         if not self.console.is_terminal:
             return  # a bar in a log file is noise: the step's line says it all
         if self._task is None:
             self.progress.start()
-            self._task = self.progress.add_task("", total=total, step=t, steps=self._steps)
-        self.progress.update(self._task, completed=done, total=total, step=t)
+            self._task = self.progress.add_task(what, total=total, unit=unit)
+        self.progress.update(self._task, completed=done, total=total, description=what,
+                             unit=unit)
 
     def _clear(self) -> None:
         if self._task is not None:
@@ -69,6 +80,8 @@ class ConsoleObserver:
         for warning in entry.get("warnings") or ():
             self.errors.print(f"[yellow]warning:[/yellow] step {t}: {escape(str(warning))}",
                               soft_wrap=True)
+        if not self.lines:
+            return
         line = self._describe(t, self._steps, entry)
         self.console.print(f"{escape(line)} [dim]({entry['wall_s']:.2f} s)[/dim]",
                            soft_wrap=True)  # one line per step, even in a narrow terminal
@@ -81,6 +94,8 @@ class ConsoleObserver:
 
     def run_finished(self, summary: dict[str, Any]) -> None:
         self._clear()
+        if not self.lines:
+            return
         if summary.get("already_complete"):  # a resume of a finished run
             done = len(summary.get("steps") or ())
             self.console.print(f"already complete: {done:,} of {done:,} steps; nothing to "

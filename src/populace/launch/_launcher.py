@@ -50,7 +50,12 @@ MAX_RECOVERIES = 2  # worker losses a run recovers from by itself before giving 
 
 
 class Observer(Protocol):
-    """Told how a run goes: the CLI's progress bars, benchmarks and tests implement it."""
+    """Told how a run goes: the CLI's progress bars, benchmarks and tests implement it.
+
+    An observer may also define ``creating(name, done, total)``: called as the agents of
+    group ``name`` are created, after each batch (the CLI's bar while a million agents are
+    made).
+    """
 
     def run_started(self, run_file: RunFile, summary: dict[str, Any]) -> None: ...
     def step_started(self, t: int, steps: int) -> None: ...

@@ -224,8 +224,18 @@ class Run:
         if profiles is None and self.population is not None:
             profiles = self.population.drop_columns(["agent_id"])
         t0 = time.perf_counter()
+        hooks = [h for o in self._observers if (h := getattr(o, "creating", None))]
+
+        def progress(done: int, total: int) -> None:
+            try:
+                for hook in hooks:
+                    hook(label, done, total)
+            except Exception as e:
+                raise ObserverFailed(e) from e
+
         group = await self.sim.create(cls, self.agents if n is None else n, name=label,
-                                      profiles=profiles, init=init, colocate=colocate)
+                                      profiles=profiles, init=init, colocate=colocate,
+                                      progress=progress if hooks else None)
         self.create_s += time.perf_counter() - t0
         if profiles is not None and self.population is None:
             given = profiles if isinstance(profiles, pa.Table) else pa.table(dict(profiles))

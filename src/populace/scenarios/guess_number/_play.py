@@ -20,7 +20,16 @@ import pyarrow.compute as pc
 
 from populace.config import validate
 from populace.core import ModelError, Msg, derive_seed, outcomes_table
-from populace.launch import Rows, Run, RunFile, RunOptions, Scenario, ScenarioSettings, launch
+from populace.launch import (
+    Observer,
+    Rows,
+    Run,
+    RunFile,
+    RunOptions,
+    Scenario,
+    ScenarioSettings,
+    launch,
+)
 from populace.population import diversity_report
 from populace.results import RunDirectory, RunMonitor, atomic_write
 
@@ -412,15 +421,18 @@ async def play(
     replay: str | Path | None = None,
     resume: bool = False,
     monitor: RunMonitor | None = None,
+    observers: Sequence[Observer] = (),
 ) -> dict[str, Any]:
     """Play ``config.rounds`` rounds through the launcher; write results to ``run_dir``.
 
     The same as ``populace run`` on the config's run file, without its recovery: a lost
     worker raises :class:`~populace.core.WorkerLost` (``resume=True`` then continues from
     the last checkpoint). ``replay`` answers every call from an earlier run's recording;
-    ``monitor`` receives live progress for the studio. Returns the summary.
+    ``monitor`` receives live progress for the studio; ``observers`` are told how the run
+    goes, as ``launch`` tells them (progress bars). Returns the summary.
     """
     observer = _Reporting(reporter or SilentReporter(), timings if timings is not None
                           else Timings(), config.agents)
-    return await launch(run_file(config), run_dir, monitor=monitor, observers=[observer],
+    return await launch(run_file(config), run_dir, monitor=monitor,
+                        observers=[observer, *observers],
                         resume=resume, replay=replay, max_recoveries=0)
