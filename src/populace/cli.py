@@ -438,6 +438,7 @@ def bench(
         "overhead_s": [round(w - latency, 4) for w in timings.round_wall_s],
         "cpu_us_per_agent": [round(c, 2) for c in cpu_us],
         "peak_rss_mb": round(peak.mb, 1),
+        "peak_pss_mb": None if peak.pss_mb is None else round(peak.pss_mb, 1),
         "python": sys.version.split()[0],
     }
     if as_json:
@@ -451,6 +452,8 @@ def bench(
         table.add_row(f"round {i} wall", f"{w:.3f} s")
         table.add_row(f"round {i} CPU per agent", f"{c:.2f} µs")
     table.add_row("peak RSS, all processes", f"{result['peak_rss_mb']:.0f} MB")
+    if peak.pss_mb is not None:  # shared pages counted once: the memory really held
+        table.add_row("peak PSS, all processes", f"{peak.pss_mb:.0f} MB")
     out.print(table)
 
 

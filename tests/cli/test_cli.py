@@ -188,6 +188,32 @@ def test_bench_json() -> None:
     assert result["round_s"][0] >= 0.01  # every agent waited for the dummy model
     assert result["cpu_us_per_agent"][0] > 0
     assert result["peak_rss_mb"] > 10
+    # Shared pages counted once: less than the RSS sum, more than nothing (Linux ≥ 4.14).
+    assert 5 < result["peak_pss_mb"] <= result["peak_rss_mb"]
+
+
+def test_peak_memory_sums_a_process_tree_and_counts_shared_pages_once() -> None:
+    """A child that maps the same 64 MB as its parent (fork, pages shared): the RSS sum
+    counts them twice, the PSS sum once."""
+    import os
+    import signal
+    import time
+
+    from populace._procmem import PeakMemory
+
+    block = bytearray(64 << 20)
+    block[::4096] = b"x" * len(block[::4096])  # resident now
+    with PeakMemory(interval=0.05) as peak:
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child only sleeps, sharing the block
+            time.sleep(5)
+            os._exit(0)
+        time.sleep(1.2)  # a PSS read at most every second
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+    assert peak.pss_mb is not None
+    assert peak.mb - peak.pss_mb > 50  # the shared 64 MB counted twice by RSS, once by PSS
+    assert peak.pss_mb > 64
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Coroutine, Generator, Iterator, Sequence
 from typing import Any
 
-from populace.core import mix64
+from populace.core import Signal, mix64
 
 from ._base import ChatMessage, Completion, ModelClient, ModelStats, Request
 from ._latency import SimulatedLatency
@@ -121,10 +121,14 @@ class _Answer:
             if signal is None:  # no latency: answered at once
                 raise StopIteration(model._answer(self._seed, self._fmt, self._wait))
             waiting = self._waiting = signal.__await__()
-        try:
-            return next(waiting)
-        except StopIteration:
-            pass
+        if type(waiting) is Signal:  # stepped by a driver, which parks on the signal itself
+            if not waiting.done():
+                return waiting
+        else:  # a Task's own wait, or none (the signal had fired)
+            try:
+                return next(waiting)
+            except StopIteration:
+                pass
         assert self._seed is not None
         raise StopIteration(self._model._answer(self._seed, self._fmt, self._wait))
 
