@@ -59,18 +59,14 @@ def _pss(pid: int) -> int:
     return 0
 
 
-def tree_memory(root: int, *, pss: bool = True) -> tuple[int, int]:
-    """(RSS, PSS) summed over ``root`` and all its descendants now, in bytes (PSS 0 unless
-    asked for: reading it walks every page table, milliseconds per large process)."""
-    pids = _tree(root)
-    return sum(map(_rss, pids)), sum(map(_pss, pids)) if pss else 0
-
-
 #: A sample reads PSS too when its RSS is at least this share of the highest RSS seen (the
 #: PSS peak is where RSS peaks), at most every PSS_EVERY seconds: one read of a 2 GB tree
 #: takes about 45 ms of kernel time, which five reads a second would take from the run.
 PSS_NEAR_PEAK = 0.97
 PSS_EVERY = 1.0
+#: How often the process tree is found again (reading the stat file of every process on
+#: the machine); in between, the known processes are sampled.
+TREE_EVERY = 1.0
 
 
 class PeakMemory:
@@ -86,17 +82,19 @@ class PeakMemory:
         self._supported = Path("/proc/self/statm").exists()
         self._has_pss = Path("/proc/self/smaps_rollup").exists()  # Linux 4.14 and later
         self._pss_at = -PSS_EVERY
+        self._pids: list[int] = []
+        self._pids_at = -TREE_EVERY
 
     def _sample(self) -> None:
-        root = os.getpid()
-        rss, _ = tree_memory(root, pss=False)
-        self.peak = max(self.peak, rss)
         now = time.monotonic()
+        if now - self._pids_at >= TREE_EVERY:  # the tree from every process's stat file
+            self._pids, self._pids_at = _tree(os.getpid()), now
+        rss = sum(map(_rss, self._pids))
+        self.peak = max(self.peak, rss)
         if self._has_pss and rss >= PSS_NEAR_PEAK * self.peak \
                 and now - self._pss_at >= PSS_EVERY:
             self._pss_at = now
-            _, pss = tree_memory(root)
-            self.peak_pss = max(self.peak_pss or 0, pss)
+            self.peak_pss = max(self.peak_pss or 0, sum(map(_pss, self._pids)))
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

@@ -528,3 +528,19 @@ async def test_the_monitor_counts_packed_and_object_batches_alike() -> None:
     assert packed.progress == objects.progress
     assert objects.answers.n == sum(1 for m in values if m.content.number is not None)
     assert objects.answers.missing == 10
+
+
+async def test_a_set_that_prefers_columns_packs_local_replies_as_they_arrive() -> None:
+    """``prefer_columns`` (what ``run.collect(as_table=True)`` asks): a local worker's reply
+    objects are packed on arrival; the table and the results are what they would be."""
+    async with Simulation(workers=2) as sim:
+        group = await sim.create(Answerer, N_AGENTS)
+        plain = group.broadcast(Msg("moderator", "go"))
+        packed = group.broadcast(Msg("moderator", "go"))
+        packed.prefer_columns()
+        await wait([plain, packed])
+        n_ok = sum(1 for i in range(N_AGENTS) if i % 7 != 3)
+        assert sum(len(c) for _, c in plain._packed) == 0
+        assert sum(len(c) for _, c in packed._packed) == n_ok
+        assert_same_table(packed.table(), plain.table())
+        assert_outcomes(packed.results(return_exceptions=True), expected(range(N_AGENTS)))

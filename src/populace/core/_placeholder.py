@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
-from ._columnar import PackedReplies, objects_table, replies_table
+from ._columnar import PackedReplies, objects_table, pack, replies_table
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -281,7 +281,8 @@ class PlaceholderSet(_Awaitable, Generic[T]):
     that reads them as a table makes no object per member.
     """
 
-    __slots__ = ("_element_waiters", "_errors", "_listeners", "_n_done", "_packed", "_values")
+    __slots__ = ("_columnar", "_element_waiters", "_errors", "_listeners", "_n_done",
+                 "_packed", "_values")
 
     def __init__(
         self,
@@ -294,6 +295,7 @@ class PlaceholderSet(_Awaitable, Generic[T]):
         self._values: list[Any] = [_PENDING] * size
         # Replies kept as columns, with their members' positions (not yet in _values).
         self._packed: list[tuple[np.ndarray, PackedReplies]] = []
+        self._columnar = False  # pack replies that arrive as objects (see prefer_columns)
         self._errors: dict[int, BaseException] = {}
         self._n_done = 0
         self._element_waiters: dict[int, list[Placeholder[T]]] | None = None
@@ -369,6 +371,12 @@ class PlaceholderSet(_Awaitable, Generic[T]):
         positions = [i for i, v in enumerate(values) if v is not _PENDING or i in errors]
         return positions, [errors[i] if i in errors else values[i] for i in positions]
 
+    def prefer_columns(self) -> None:
+        """Keep the replies still to come as columns, for a :meth:`table` read at the end:
+        those that arrive as objects (a local worker's) are packed as they arrive, while
+        the loop waits for the rest anyway, and their objects freed."""
+        self._columnar = True
+
     def table(self) -> pa.Table:
         """The replies as one Arrow table in member order: ``sender``, the content's
         columns (a dataclass's fields, or ``content`` for plain values) and ``error``
@@ -437,6 +445,8 @@ class PlaceholderSet(_Awaitable, Generic[T]):
     # -- filled by the runtime ---------------------------------------------------------------
     def _fill(self, positions: Sequence[int] | np.ndarray, values: Sequence[Any]) -> None:
         self._check_room(len(positions))
+        if self._columnar and type(values) is not PackedReplies:
+            values = pack(values) or values
         if type(values) is PackedReplies and not self._element_waiters:
             self._packed.append((np.asarray(positions, dtype=np.int64), values))
             self._n_done += len(positions)

@@ -349,6 +349,8 @@ class Run:
         the progress bar counts the whole step.
         """
         base, total = progress if progress is not None else (0, len(answers))
+        if as_table:
+            answers.prefer_columns()
         if self._monitor is not None:
             self._monitor.round_started(self.step, answers, measure or as_numbers)
         self._collecting = (answers, partial)

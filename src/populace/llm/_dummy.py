@@ -64,7 +64,9 @@ class DummyModel(ModelClient):
         return await _Answer(self, request.seed, request.response_format)
 
     def _begin(self, seed: int | None) -> tuple[int, float]:
-        """Count a call; its seed and its wait in seconds."""
+        """Count a call; the number it answers and its wait in seconds. The number is
+        drawn when the call starts, not when it ends: a worker starts its calls while the
+        first ones wait, and finishes them all at once when the wait is over."""
         self._requests += 1
         if seed is None:
             self._counter += 1
@@ -72,13 +74,12 @@ class DummyModel(ModelClient):
         wait = self.latency
         if self.jitter:  # from another hash of the seed than the answer's: independent
             wait *= 1 + self.jitter * ((mix64(seed ^ _JITTER) % 2001) / 1000 - 1)
-        return seed, wait
+        return self.low + mix64(seed) % self.span, wait
 
-    def _answer(self, seed: int, fmt: dict[str, Any] | None, wait: float) -> Completion:
-        number = self.low + mix64(seed) % self.span
+    def _answer(self, number: int, fmt: dict[str, Any] | None, wait: float) -> Completion:
         text = json_answer(fmt, "", number) if fmt is not None and is_structured(fmt) \
             else str(number)
-        return Completion(text, self.name, latency_s=wait)
+        return Completion(text, self.name, 0, 0, wait)  # positional: a million a step
 
     def statistics(self) -> ModelStats:
         return ModelStats(self.name, self._requests, 0, self._latency.in_flight, 0, 0)
@@ -91,12 +92,12 @@ class _Answer:
     """One dummy call: waits on the shared timer, then is the Completion.
 
     A coroutine by protocol (``send``, ``throw``, ``close``, ``__await__``: ``asyncio``
-    takes it as one, ``create_task`` included) but a five-slot object, not a frame: a
+    takes it as one, ``create_task`` included) but a six-slot object, not a frame: a
     million waiting calls are a million small objects. Stepped by a worker's driver, it
     yields the timer's signal itself; in an asyncio Task it waits on a future of its own.
     """
 
-    __slots__ = ("_fmt", "_model", "_seed", "_wait", "_waiting")
+    __slots__ = ("_fmt", "_model", "_number", "_seed", "_wait", "_waiting")
 
     def __init__(self, model: DummyModel, seed: int | None,
                  fmt: dict[str, Any] | None) -> None:
@@ -104,6 +105,7 @@ class _Answer:
         self._seed = seed
         self._fmt = fmt
         self._waiting: Iterator[Any] | None = None
+        self._number = 0
         self._wait = 0.0
 
     def __await__(self) -> Generator[Any, None, Completion]:
@@ -116,10 +118,10 @@ class _Answer:
         waiting = self._waiting
         if waiting is None:  # the first step: the call starts
             model = self._model
-            self._seed, self._wait = model._begin(self._seed)
+            self._number, self._wait = model._begin(self._seed)
             signal = model._latency.signal(self._wait)
             if signal is None:  # no latency: answered at once
-                raise StopIteration(model._answer(self._seed, self._fmt, self._wait))
+                raise StopIteration(model._answer(self._number, self._fmt, self._wait))
             waiting = self._waiting = signal.__await__()
         if type(waiting) is Signal:  # stepped by a driver, which parks on the signal itself
             if not waiting.done():
@@ -129,8 +131,7 @@ class _Answer:
                 return next(waiting)
             except StopIteration:
                 pass
-        assert self._seed is not None
-        raise StopIteration(self._model._answer(self._seed, self._fmt, self._wait))
+        raise StopIteration(self._model._answer(self._number, self._fmt, self._wait))
 
     def send(self, value: Any) -> Any:
         return self.__next__()

@@ -179,7 +179,7 @@ class Participant(Agent):
             self.memory.add(Msg(self.id, answer.text, role="assistant"))
         guess = Guess(number, answer.text, extract_raw, time.perf_counter() - started,
                       ptok, ctok, calls, retries)
-        return Msg(self.id, guess, role="assistant")
+        return Msg(self.id, guess, "assistant")
 
 
     def listens(self) -> bool:
