@@ -21,7 +21,7 @@ from pathlib import Path
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def _tree(root: int) -> list[int]:
+def process_tree(root: int) -> list[int]:
     """``root`` and every descendant now."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
@@ -71,11 +71,14 @@ TREE_EVERY = 1.0
 
 class PeakMemory:
     """``with PeakMemory() as peak: …`` then ``peak.mb``: the largest tree RSS seen, and
-    ``peak.pss_mb``: the largest tree PSS (None where unknown)."""
+    ``peak.pss_mb``: the largest tree PSS (None where unknown). ``root``: the process whose
+    tree is sampled (default this one; a child started with ``subprocess``, say)."""
 
-    def __init__(self, interval: float = 0.2) -> None:
+    def __init__(self, interval: float = 0.2, root: int | None = None) -> None:
         self.interval = interval
+        self.root = root if root is not None else os.getpid()  # whose tree: default ours
         self.peak = 0
+        self.processes = 0  # the most processes the tree had at once
         self.peak_pss: int | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -88,7 +91,8 @@ class PeakMemory:
     def _sample(self) -> None:
         now = time.monotonic()
         if now - self._pids_at >= TREE_EVERY:  # the tree from every process's stat file
-            self._pids, self._pids_at = _tree(os.getpid()), now
+            self._pids, self._pids_at = process_tree(self.root), now
+            self.processes = max(self.processes, len(self._pids))
         rss = sum(map(_rss, self._pids))
         self.peak = max(self.peak, rss)
         if self._has_pss and rss >= PSS_NEAR_PEAK * self.peak \
