@@ -445,7 +445,7 @@ class PlaceholderSet(_Awaitable, Generic[T]):
     # -- filled by the runtime ---------------------------------------------------------------
     def _fill(self, positions: Sequence[int] | np.ndarray, values: Sequence[Any]) -> None:
         self._check_room(len(positions))
-        if self._columnar and type(values) is not PackedReplies:
+        if self._columnar and not self._element_waiters and type(values) is not PackedReplies:
             values = pack(values) or values
         if type(values) is PackedReplies and not self._element_waiters:
             self._packed.append((np.asarray(positions, dtype=np.int64), values))
