@@ -226,20 +226,24 @@ def outcomes_table(outcomes: Sequence[Any], origin: str = "outcomes_table()") ->
     """``outcomes`` -- replies, with an exception in each failed member's place, as
     :meth:`PlaceholderSet.results <populace.core.PlaceholderSet.results>` gives them -- as
     the table :meth:`PlaceholderSet.table <populace.core.PlaceholderSet.table>` gives."""
-    n = len(outcomes)
     if type(outcomes) is PackedReplies:  # read from its columns
+        n = len(outcomes)
         return replies_table(n, [(np.arange(n, dtype=np.int64), outcomes)], {})
     errors = {i: o for i, o in enumerate(outcomes) if isinstance(o, BaseException)}
-    if not errors:
-        return objects_table(n, np.arange(n, dtype=np.int64), outcomes, errors, origin)
-    at = [i for i in range(n) if i not in errors]
-    return objects_table(n, np.asarray(at, dtype=np.int64), [outcomes[i] for i in at], errors,
-                         origin)
+    return objects_table(outcomes, errors, origin)
 
 
-def objects_table(n: int, at: np.ndarray, values: Sequence[Any],
-                  errors: Mapping[int, BaseException], origin: str) -> pa.Table:
-    """:func:`replies_table` of reply objects ``values`` (members ``at``) and ``errors``."""
+def objects_table(values: Sequence[Any], errors: Mapping[int, BaseException],
+                  origin: str) -> pa.Table:
+    """:func:`replies_table` of members' reply objects ``values`` (whatever stands in a
+    failed member's place is passed over) and the failed members' ``errors``."""
+    n = len(values)
+    at = np.arange(n, dtype=np.int64)
+    if errors:
+        ok = np.ones(n, dtype=bool)
+        ok[list(errors)] = False
+        at = at[ok]
+        values = [values[i] for i in at.tolist()]
     packed = pack(values)
     if values and packed is None:
         raise TypeError(f"{origin}: the replies are not all Msg with one role and content of "
@@ -247,8 +251,14 @@ def objects_table(n: int, at: np.ndarray, values: Sequence[Any],
     return replies_table(n, [(at, packed)] if packed is not None else [], errors)
 
 
+def consecutive(positions: np.ndarray) -> bool:
+    """Whether ``positions`` (not empty) are one ascending run: ``a, a+1, …, b``."""
+    return int(positions[-1]) - int(positions[0]) + 1 == positions.size and (
+        positions.size == 1 or bool(np.all(np.diff(positions) == 1)))
+
+
 def _ascending(positions: np.ndarray) -> bool:
-    return bool(positions.size == 0 or (positions[0] == 0 and np.all(np.diff(positions) == 1)))
+    return positions.size == 0 or (int(positions[0]) == 0 and consecutive(positions))
 
 
 def _kind(packed: PackedReplies) -> str:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
-from ._columnar import PackedReplies, objects_table, pack, replies_table
+from ._columnar import PackedReplies, consecutive, objects_table, pack, replies_table
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -394,11 +394,7 @@ class PlaceholderSet(_Awaitable, Generic[T]):
         if sum(len(c) for _, c in chunks) < n - len(errors):
             # Some replies are objects already (a local worker's): pack them all together.
             self._unpack()
-            ok = np.ones(n, dtype=bool)
-            ok[list(errors)] = False
-            at = np.flatnonzero(ok)
-            values = self._values if not errors else [self._values[i] for i in at.tolist()]
-            return objects_table(n, at, values, errors, f"{self._origin}.table()")
+            return objects_table(self._values, errors, f"{self._origin}.table()")
         return replies_table(n, chunks, errors)
 
     def exceptions(self) -> dict[int, BaseException]:
@@ -501,10 +497,9 @@ class PlaceholderSet(_Awaitable, Generic[T]):
         packed, self._packed = self._packed, []
         values = self._values
         for positions, replies in packed:
-            first, n = int(positions[0]), len(positions)
-            if int(positions[-1]) - first + 1 == n and (n < 3 or bool(
-                    np.all(positions[1:] > positions[:-1]))):  # one run of members
-                values[first:first + n] = replies.unpack()
+            if consecutive(positions):  # one run of members: one slice assignment
+                first = int(positions[0])
+                values[first:first + len(positions)] = replies.unpack()
                 continue
             for pos, v in zip(positions.tolist(), replies.unpack(), strict=True):
                 values[pos] = v

@@ -13,7 +13,7 @@ import numpy as np
 
 from ._agent import Agent
 from ._backend import Backend, Request, make_backend
-from ._columnar import PackedReplies
+from ._columnar import PackedReplies, consecutive
 from ._driver import track_tasks
 from ._errors import CallTimeout, SimulationClosed
 from ._gc import tune_gc
@@ -70,11 +70,6 @@ def _columns(profiles: Any, n: int) -> dict[str, Sequence[Any]] | None:
             raise ValueError(f"profile column {key!r} has {len(col)} values, expected {n}")
         out[str(key)] = col
     return out
-
-
-def _consecutive(values: np.ndarray) -> bool:
-    return int(values[-1]) - int(values[0]) + 1 == values.size and (
-        values.size == 1 or bool(np.all(np.diff(values) == 1)))
 
 
 def _take(columns: dict[str, Sequence[Any]] | None, rows: np.ndarray
@@ -321,7 +316,7 @@ class Simulation:
         for w in np.unique(workers):
             pos = np.flatnonzero(workers == w)
             loc = locals_[pos]
-            if _consecutive(pos) and _consecutive(loc):
+            if consecutive(pos) and consecutive(loc):
                 parts.append((int(w), range(int(loc[0]), int(loc[-1]) + 1),
                               range(int(pos[0]), int(pos[-1]) + 1)))
             else:

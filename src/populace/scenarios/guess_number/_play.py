@@ -133,15 +133,9 @@ def _table(round_no: int, ids: np.ndarray, groups: np.ndarray, models: pa.Array,
     :class:`Guess` fields, and ``error`` where the call failed): column by column, with no
     Python object made per agent."""
     n = replies.num_rows
-
-    def field(name: str, kind: pa.DataType) -> pa.ChunkedArray | pa.Array:
-        if name not in replies.column_names:  # every call failed: no reply had the field
-            return pa.nulls(n, kind)
-        return replies.column(name).cast(kind)
-
-    number = field("number", pa.float64())
+    number = _field(replies, "number", pa.float64())
     valid = pc.fill_null(pc.invert(pc.is_nan(number)), False)
-    latency = field("latency_s", pa.float64())
+    latency = _field(replies, "latency_s", pa.float64())
     none = pa.scalar(None, pa.float64())
     return pa.table({
         "round": pa.array(np.full(n, round_no, dtype=np.int32)),
@@ -150,14 +144,14 @@ def _table(round_no: int, ids: np.ndarray, groups: np.ndarray, models: pa.Array,
         "model": models,
         "number": pc.if_else(valid, number, none),
         "valid": valid,
-        "raw": field("raw", pa.string()),
-        "extract_raw": field("extract_raw", pa.string()),
+        "raw": _field(replies, "raw", pa.string()),
+        "extract_raw": _field(replies, "extract_raw", pa.string()),
         "error": replies.column("error"),
         "latency_s": pc.if_else(pc.fill_null(pc.is_nan(latency), False), none, latency),
-        "calls": pc.fill_null(field("calls", pa.int8()), 0),
-        "retries": pc.fill_null(field("retries", pa.int16()), 0),
-        "prompt_tokens": pc.fill_null(field("prompt_tokens", pa.int32()), 0),
-        "completion_tokens": pc.fill_null(field("completion_tokens", pa.int32()), 0),
+        "calls": pc.fill_null(_field(replies, "calls", pa.int8()), 0),
+        "retries": pc.fill_null(_field(replies, "retries", pa.int16()), 0),
+        "prompt_tokens": pc.fill_null(_field(replies, "prompt_tokens", pa.int32()), 0),
+        "completion_tokens": pc.fill_null(_field(replies, "completion_tokens", pa.int32()), 0),
     }, schema=RESPONSE_SCHEMA)
 
 
@@ -165,13 +159,19 @@ def _live(values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
     """Numbers (NaN when invalid) and latencies of replies as they arrive, for the monitor
     (read from their columns when they came packed)."""
     replies = outcomes_table(values)
-    if "number" not in replies.column_names:
-        return np.full(len(values), np.nan), np.full(len(values), np.nan)
 
-    def floats(name: str) -> np.ndarray:
-        return replies.column(name).cast(pa.float64()).to_numpy()  # nulls are NaN
+    def floats(name: str) -> np.ndarray:  # nulls are NaN
+        return _field(replies, name, pa.float64()).to_numpy(zero_copy_only=False)
 
     return floats("number"), floats("latency_s")
+
+
+def _field(replies: pa.Table, name: str, kind: pa.DataType) -> pa.ChunkedArray | pa.Array:
+    """Field ``name`` of the replies' table as ``kind``; all null when no reply had it
+    (every call failed)."""
+    if name not in replies.column_names:
+        return pa.nulls(replies.num_rows, kind)
+    return replies.column(name).cast(kind)
 
 
 def _usage(table: pa.Table, config: RunConfig) -> dict[str, dict[str, Any]]:
