@@ -13,6 +13,10 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "populace"
 
 API: dict[str, set[str]] = {
+    "populace.agents": {
+        "INTERVIEWER", "KINDS", "UNREADABLE", "Answer", "Choice", "Decision", "Event",
+        "Memory", "Number", "Persona", "PersonaOptions", "Regex", "Schema", "Text",
+        "render_memory"},
     "populace.core": {
         "Agent", "AgentGroup", "AgentHandle", "Backend", "CallTimeout", "ConfigError",
         "LocalBackend", "Memory", "ModelBadResponse", "ModelError", "ModelHTTPError",

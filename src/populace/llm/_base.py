@@ -55,6 +55,9 @@ class ModelStats:
     prefix_tokens: int = 0  # prompt tokens repeating a prefix sent to the same endpoint
     coalesced: int = 0  # calls answered by another call's request (n > 1)
     replayed: int = 0  # calls answered (or missed) by a recording: nothing was sent
+    #: decisions whose reply could not be read as the answer asked for (counted by the
+    #: persona agents that use the model, see :class:`~populace.llm.ModelSet`)
+    unreadable: int = 0
 
 
 class Request(NamedTuple):
@@ -138,7 +141,7 @@ def model_stats(resources: Iterable[Any]) -> list[ModelStats]:
 
 #: The counters of :func:`traffic`, per model.
 TRAFFIC = ("requests", "retries", "sent", "failures", "prompt_tokens", "completion_tokens",
-           "cached_tokens", "prefix_tokens", "coalesced", "replayed")
+           "cached_tokens", "prefix_tokens", "coalesced", "replayed", "unreadable")
 
 
 def traffic(workers: Iterable[Iterable[Any]]) -> dict[str, dict[str, int]]:
@@ -146,7 +149,8 @@ def traffic(workers: Iterable[Iterable[Any]]) -> dict[str, dict[str, int]]:
     ``retries`` (attempts beyond the first), ``coalesced`` (calls answered by another
     call's request), ``replayed`` (calls a recording answered), ``sent`` (the requests
     made, or the simulated calls: requests + retries - coalesced - replayed), ``failures``
-    (calls that gave up), and tokens:
+    (calls that gave up), ``unreadable`` (decisions whose reply could not be read), and
+    tokens:
     ``cached_tokens`` (prompt tokens servers said their prefix cache gave them) and
     ``prefix_tokens`` (prompt tokens repeating a prefix already sent to the same endpoint:
     what a prefix cache could reuse, estimated by the client)."""
@@ -164,6 +168,7 @@ def traffic(workers: Iterable[Iterable[Any]]) -> dict[str, dict[str, int]]:
             acc["prefix_tokens"] += m.prefix_tokens
             acc["coalesced"] += m.coalesced
             acc["replayed"] += m.replayed
+            acc["unreadable"] += m.unreadable
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ class ModelSet(Mapping[str, ModelClient]):
 
     def __init__(self, clients: Mapping[str, ModelClient]) -> None:
         self._clients = dict(clients)
+        self._unreadable = dict.fromkeys(self._clients, 0)
 
     @classmethod
     def build(cls, configs: Mapping[str, Any], *, record_to: str | Path | None = None,
@@ -61,8 +63,19 @@ class ModelSet(Mapping[str, ModelClient]):
     def __len__(self) -> int:
         return len(self._clients)
 
+    def count_unreadable(self, name: str) -> None:
+        """Count a decision whose reply from model ``name`` could not be read (agents of
+        the worker call this; the count is the models' ``unreadable`` statistic)."""
+        self._unreadable[name] += 1
+
     def statistics(self) -> dict[str, ModelStats]:
-        return {name: c.statistics() for name, c in self._clients.items()}
+        out = {}
+        for name, client in self._clients.items():
+            stats = client.statistics()
+            if self._unreadable[name]:
+                stats = dataclasses.replace(stats, unreadable=self._unreadable[name])
+            out[name] = stats
+        return out
 
     async def aclose(self) -> None:
         for client in self._clients.values():

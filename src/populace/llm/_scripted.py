@@ -51,16 +51,22 @@ Noise draws come from the request ``seed`` (a hash of the messages when there is
 
 Survey questions, their re-asks and coding requests are answered by the survey rule of
 :mod:`populace.llm._survey_rule` instead, and social-network feed prompts by the social rule
-of :mod:`populace.llm._social_rule`.
+of :mod:`populace.llm._social_rule`. Rules that packages add through the entry point group
+``populace.scripted_rules`` (a function of the messages, ``seed``, ``temperature``,
+``response_format`` and ``params`` returning the reply, or None for a prompt it does not
+know) are asked first, by entry point name: Populace's persona agents add theirs this way
+(:mod:`populace.agents`).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import json
 import math
 import re
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -282,9 +288,21 @@ def _is_background_request(prompt: str) -> bool:
         return False
 
 
+#: The entry point group through which packages add rules to the scripted model.
+RULES_GROUP = "populace.scripted_rules"
+
+
+@functools.cache
+def added_rules() -> tuple[Callable[..., str | None], ...]:
+    """The rules packages add (entry point group :data:`RULES_GROUP`), by name."""
+    found = importlib.metadata.entry_points(group=RULES_GROUP)
+    return tuple(ep.load() for ep in sorted(found, key=lambda ep: ep.name))
+
+
 def scripted_reply(messages: Sequence[Mapping[str, Any]], *, seed: int | None = None,
                    temperature: float | None = None, response_format: Any = None,
-                   params: ScriptedParams = ScriptedParams()) -> str:
+                   params: ScriptedParams = ScriptedParams(),
+                   max_tokens: int | None = None) -> str:
     """What the scripted model answers to ``messages`` (the rule of the module docstring).
 
     >>> scripted_reply([{"role": "user", "content": "Extract the number. Reply 'The answer "
@@ -295,6 +313,11 @@ def scripted_reply(messages: Sequence[Mapping[str, Any]], *, seed: int | None = 
         seed = zlib.crc32("\x1e".join(text_of(m.get("content")) for m in messages).encode())
     from ._survey_rule import survey_reply  # here: the survey rule reads this module's tables
 
+    for rule in added_rules():
+        added = rule(messages, seed=seed, temperature=temperature,
+                     response_format=response_format, params=params, max_tokens=max_tokens)
+        if added is not None:
+            return added
     social = social_reply(messages, seed=seed)  # a social feed: populace.llm._social_rule
     if social is not None:
         return social
@@ -343,7 +366,8 @@ class ScriptedModel(ModelClient):
         self._requests += 1
         await self._latency.wait()
         text = scripted_reply(messages, seed=seed, temperature=temperature,
-                              response_format=response_format, params=self.params)
+                              response_format=response_format, params=self.params,
+                              max_tokens=max_tokens)
         if max_tokens is not None and words(text) > max_tokens:
             text = " ".join(text.split()[:max_tokens])
         ptok = sum(words(text_of(m.get("content"))) for m in messages)

@@ -1,0 +1,32 @@
+"""Persona agents: what a model is told about itself, what it remembers, and how its
+answers are asked for and read — one model for every LLM-driven scenario.
+
+:class:`Persona` is the agent (subclass it; ``decide`` asks its model a question whose
+answer is a :class:`Choice`, :class:`Number`, :class:`Regex`, :class:`Schema` or
+:class:`Text`); :class:`PersonaOptions` declares which profile columns the model is shown
+and the memory's budget; :class:`Memory` holds its events compactly. See
+``docs/scenarios.md`` ("An LLM persona") for a scenario written with it.
+"""
+
+from ._agent import INTERVIEWER, Decision, Persona, render_memory
+from ._answers import UNREADABLE, Answer, Choice, Number, Regex, Schema, Text
+from ._memory import KINDS, Event, Memory
+from ._persona import PersonaOptions
+
+__all__ = [
+    "INTERVIEWER",
+    "KINDS",
+    "UNREADABLE",
+    "Answer",
+    "Choice",
+    "Decision",
+    "Event",
+    "Memory",
+    "Number",
+    "Persona",
+    "PersonaOptions",
+    "Regex",
+    "Schema",
+    "Text",
+    "render_memory",
+]

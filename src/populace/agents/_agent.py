@@ -1,0 +1,290 @@
+"""The persona agent: what a model is told about itself, what it remembers, and how its
+answers are asked for and read — one model for every LLM-driven scenario.
+
+A prompt is assembled shared-first, so servers' prefix caches reuse what agents share:
+
+1. a system message with the scenario's ``rules`` and the step's ``context`` (alike for
+   every agent of a step);
+2. a system message with the persona (:meth:`PersonaOptions.render`);
+3. the user's turn: what the agent remembers (a summary, then recent events, within the
+   token budget), the question, and the answer kind's instruction.
+
+The answer is constrained in the server's own spelling where it can take the constraint;
+a reply that still cannot be read gets one extraction call (the paper's second call); what
+that cannot read either is an unreadable decision (``valid=False``, ``value=None``),
+counted per model in the step's ``llm`` traffic (``unreadable``), never a default.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from populace.core import Agent, Msg, Profile, derive_seed, seed_for
+from populace.llm import ChatMessage, ModelClient
+
+from ._answers import UNREADABLE, Answer, Choice, Number, Text
+from ._memory import Event, Memory, clip
+from ._persona import PersonaOptions
+
+#: The interviewer's instruction (an interview is not a step: nothing is written back).
+INTERVIEWER = ("You are being interviewed by a researcher about the simulation you take "
+               "part in. Answer the question in character, briefly and in your own words.")
+#: What the agent's model is told when it summarises its memory.
+SUMMARISER = ("You keep the memory of the person described below. Summarise what they "
+              "remember in a few sentences, keeping what matters for their later decisions.")
+_TEXT = Text()
+_DEFAULT = PersonaOptions()
+
+
+@dataclass(slots=True)
+class Decision:
+    """What :meth:`Persona.decide` returns: the answer read (None when unreadable), whether
+    it could be read, the reply (an extraction's reply after ``\\n---\\n``), and the calls
+    and tokens it took."""
+
+    value: Any
+    valid: bool
+    text: str
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+def render_memory(events: list[Event]) -> str:
+    """The memory section of a prompt (empty when there is nothing to remember)."""
+    if not events:
+        return ""
+    lines = [f"- [step {e.step}, {e.kind}] {e.text}" for e in events]
+    return "What you remember (oldest first):\n" + "\n".join(lines)
+
+
+class Persona(Agent):
+    """An LLM persona. Subclass it, set :attr:`rules`, and call :meth:`decide` from your
+    agent's methods; :meth:`observe` is where messages and interventions arrive.
+
+    ``init`` keyword arguments: ``models`` (what ``run.models()`` gives), ``persona`` (a
+    :class:`PersonaOptions`, usually ``run.settings.persona``) and ``model`` (the name
+    among ``models``; default: the first).
+
+    >>> class Voter(Persona):
+    ...     rules = "An election is held every step."
+    ...     async def vote(self, t: int, seed: int) -> str | None:
+    ...         d = await self.decide("Whom do you vote for?", Choice(["red", "green"]),
+    ...                               step=t, seed=seed)
+    ...         return d.value
+    """
+
+    __slots__ = ("model_name", "models", "persona")
+
+    #: Text every agent of the scenario is told first (rules, setting): shared by all calls.
+    rules: ClassVar[str] = ""
+
+    def __init__(self, id: int, profile: Profile | None = None, *,
+                 models: Mapping[str, ModelClient], persona: PersonaOptions | None = None,
+                 model: str | None = None) -> None:
+        super().__init__(id, profile)
+        if model is not None and model not in models:
+            raise ValueError(f"model {model!r} is not among the models ({', '.join(models)})")
+        self.models = models
+        self.model_name = model if model is not None else next(iter(models))
+        self.persona = persona if persona is not None else _DEFAULT
+
+    # -- what the model is told ------------------------------------------------------------
+    @property
+    def model(self) -> ModelClient:
+        """The agent's model client."""
+        return self.models[self.model_name]
+
+    @property
+    def memory(self) -> Memory:  # type: ignore[override]  # events, not messages
+        """The agent's memory (created on first use)."""
+        if self._memory is None:
+            self._memory = Memory()  # type: ignore[assignment]  # events, not messages
+        return self._memory  # type: ignore[return-value]
+
+    def persona_text(self) -> str:
+        """The persona exactly as the model is shown it."""
+        return self.persona.render(self.profile)
+
+    def remember(self, step: int, kind: str, text: str) -> None:
+        """Add an event (``kind`` one of :data:`~populace.agents.KINDS`), cut to the
+        persona's ``event_tokens``."""
+        self.memory.add(step, kind, clip(text, self.persona.event_tokens))
+
+    def observe(self, msg: Msg) -> None:
+        """Remember a message: an intervention (sender ``"intervention"``) as one, any
+        other as a ``message`` from its sender; ``metadata["step"]`` is its step."""
+        meta = msg.metadata or {}
+        step = int(meta.get("step", 0))
+        if msg.sender == "intervention":
+            self.remember(step, "intervention", str(msg.content))
+        else:
+            kind = meta.get("kind", "message")
+            self.remember(step, kind, f"{msg.sender}: {msg.content}" if kind == "message"
+                          else str(msg.content))
+
+    async def recall(self, step: int, seed: int) -> str:
+        """The memory section of this step's prompt. When the memory outgrows its budget,
+        the oldest events are folded into a summary written by the agent's model (one
+        recorded call), so that the newest half of the budget stays verbatim."""
+        memory: Memory | None = self._memory  # type: ignore[assignment]
+        if not memory:
+            return ""
+        budget = self.persona.memory_tokens
+        n, recent = memory.window(budget)
+        if n:
+            n, _ = memory.window(budget // 2)
+            events = memory.events()
+            summary = None
+            if self.persona.summarise and self.model.reads_prompt:
+                summary = await self._summarise(events[:n], seed)
+            memory.fold(n, summary, step)
+            _, recent = memory.window(budget)
+        return render_memory(recent)
+
+    async def _summarise(self, events: list[Event], seed: int) -> str:
+        words = max(self.persona.event_tokens * 3 // 4, 1)
+        messages: list[ChatMessage] = [{"role": "system", "content": SUMMARISER}]
+        persona = self.persona_text()
+        if persona:
+            messages.append({"role": "system", "content": persona})
+        messages.append({"role": "user", "content": (
+            f"{render_memory(events)}\n\nSummarise what you remember in at most {words} "
+            "words.")})
+        answer = await self.model.complete(messages, seed=derive_seed(seed, 0x5111),
+                                           max_tokens=self.persona.event_tokens * 2)
+        return clip(answer.text, self.persona.event_tokens)
+
+    def messages(self, question: str, answer: Answer, memory: str,
+                 context: str | None = None) -> list[ChatMessage]:
+        """The messages of a decision (see the module docstring)."""
+        shared = "\n\n".join(p for p in (self.rules.strip(), (context or "").strip()) if p)
+        out: list[ChatMessage] = []
+        if shared:
+            out.append({"role": "system", "content": shared})
+        persona = self.persona_text()
+        if persona:
+            out.append({"role": "system", "content": persona})
+        ask = f"Question: {question.strip()}\n{answer.instruction()}"
+        out.append({"role": "user", "content": f"{memory}\n\n{ask}" if memory else ask})
+        return out
+
+    # -- deciding ---------------------------------------------------------------------------
+    async def decide(self, question: str, answer: Answer = _TEXT, *, step: int = 0,
+                     context: str | None = None, seed: int | None = None,
+                     temperature: float | None = None, max_tokens: int | None = None,
+                     remember: bool = True) -> Decision:
+        """Ask the agent's model ``question`` and read the reply as ``answer``.
+
+        ``context``: this step's shared text (the round's state); ``seed``: a base seed
+        (each call's seed is derived from it, the step and the agent's id; default: the
+        question's hash); ``remember``: the decision becomes a
+        ``decision`` event of the memory.
+        """
+        base = derive_seed(seed if seed is not None else zlib.crc32(question.encode()), step)
+        call_seed = seed_for(base, int(self.id))
+        model = self.model
+        if not model.reads_prompt:
+            decision = await self._draw(model, answer, call_seed)
+        else:
+            memory = await self.recall(step, call_seed)
+            decision = await self._ask(model, self.messages(question, answer, memory, context),
+                                       question, answer, call_seed, temperature, max_tokens)
+        if not decision.valid:
+            count = getattr(self.models, "count_unreadable", None)
+            if count is not None:
+                count(self.model_name)
+        elif remember:
+            self.remember(step, "decision", f"{question.strip()} I answered: "
+                          f"{answer.show(decision.value)}")
+        return decision
+
+    async def _ask(self, model: ModelClient, messages: list[ChatMessage], question: str,
+                   answer: Answer, seed: int, temperature: float | None,
+                   max_tokens: int | None) -> Decision:
+        fmt = answer.response_format()
+        reply = await model.complete(messages, temperature=temperature, seed=seed,
+                                     max_tokens=max_tokens, response_format=fmt)
+        d = Decision(UNREADABLE, False, reply.text, 1 + reply.retries, reply.prompt_tokens,
+                     reply.completion_tokens)
+        d.value = answer.read(reply.text)
+        if d.value is UNREADABLE and not isinstance(answer, Text):
+            # the paper's second call: a short prompt that only reads the reply
+            ask = (f"Here is someone's reply to the question \"{question.strip()}\":\n---\n"
+                   f"{reply.text.strip()}\n---\nExtract the answer the reply gives. "
+                   f"{answer.instruction()}")
+            second = await model.complete([{"role": "user", "content": ask}],
+                                          temperature=0.0, seed=derive_seed(seed, 0xE7),
+                                          max_tokens=max_tokens, response_format=fmt)
+            d.value = answer.read(second.text)
+            d.text = f"{reply.text}\n---\n{second.text}"
+            d.calls += 1 + second.retries
+            d.prompt_tokens += second.prompt_tokens
+            d.completion_tokens += second.completion_tokens
+        d.valid = d.value is not UNREADABLE
+        if not d.valid:
+            d.value = None
+        return d
+
+    async def _draw(self, model: ModelClient, answer: Answer, seed: int) -> Decision:
+        """A model that reads no prompt (the dummy): its number picks the answer."""
+        reply = await model.complete((), seed=seed)
+        d = Decision(None, False, reply.text, 1 + reply.retries)
+        try:
+            n = int(reply.text)
+        except ValueError:
+            return d
+        if isinstance(answer, Choice):
+            d.value = answer.options[n % len(answer.options)]
+        elif isinstance(answer, Number):
+            span = answer.high - answer.low
+            d.value = (answer.low + n % (int(span) + 1) if answer.integer
+                       else answer.low + span * (n % 1001) / 1000)
+        else:
+            d.value = reply.text
+        d.valid = True
+        return d
+
+    # -- interviews -------------------------------------------------------------------------
+    def interview_context(self) -> str | None:
+        """What the scenario adds to an interview's prompt (the survey: the respondent's
+        answers so far); None by default."""
+        return None
+
+    def interview_messages(self, question: str) -> list[ChatMessage]:
+        """An interview's messages: the interviewer's instruction, the persona, what the
+        agent remembers (the window that fits, nothing folded) and the scenario's context,
+        then the question. Nothing is written back."""
+        memory: Memory | None = self._memory  # type: ignore[assignment]
+        recent = memory.window(self.persona.memory_tokens)[1] if memory else []
+        parts = [render_memory(recent), (self.interview_context() or "").strip(),
+                 f"Question: {question.strip()}"]
+        out: list[ChatMessage] = [{"role": "system", "content": INTERVIEWER}]
+        persona = self.persona_text()
+        if persona:
+            out.append({"role": "system", "content": persona})
+        out.append({"role": "user", "content": "\n\n".join(p for p in parts if p)})
+        return out
+
+    def mind(self) -> dict[str, Any]:
+        """What the studio shows of the agent: the persona as the model sees it and the
+        memory as a list."""
+        memory: Memory | None = self._memory  # type: ignore[assignment]
+        return {"persona": self.persona_text(),
+                "memory": [e._asdict() for e in (memory.events() if memory else [])]}
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def get_state(self) -> Any:
+        """The memory as two plain values (None when empty); subclasses with state of their
+        own extend it (``(super().get_state(), mine)``)."""
+        memory: Memory | None = self._memory  # type: ignore[assignment]
+        return memory.get_state() if memory else None
+
+    def set_state(self, state: Any) -> None:
+        if state:
+            self.memory.set_state(state)
+        else:
+            self._memory = None
