@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from populace.core import Agent, Msg, Profile, derive_seed, seed_for
+from populace.core import Agent, ConfigError, Msg, Profile, derive_seed, seed_for
 from populace.llm import ChatMessage, ModelClient
 
 from ._answers import UNREADABLE, Answer, Choice, Number, Text
@@ -91,6 +91,32 @@ class Persona(Agent):
         self.models = models
         self.model_name = model if model is not None else next(iter(models))
         self.persona = persona if persona is not None else _DEFAULT
+
+    @classmethod
+    async def populate(cls, run: Any, n: int | None = None, *,
+                       persona: PersonaOptions | None = None, model: str | None = None,
+                       init: Mapping[str, Any] | None = None, **options: Any) -> Any:
+        """Create ``n`` (default: the run's ``agents``) personas of this class in ``run``
+        (a :class:`~populace.launch.Run`) with the run's models and ``persona`` (default:
+        ``run.settings.persona``), refusing in one line a ``shown`` column the profiles
+        lack; ``init`` and ``options`` (``name``, ``profiles``, ``colocate``) go to
+        :meth:`Run.create`. Returns the :class:`~populace.core.AgentGroup`.
+
+        >>> people = await Voter.populate(run)  # doctest: +SKIP
+        """
+        if persona is None:
+            persona = getattr(run.settings, "persona", None) or _DEFAULT
+        profiles = options.get("profiles")
+        table = profiles if profiles is not None else run.population
+        columns = getattr(table, "column_names", None) or list(table or ())
+        persona.check(columns, f"{run.run_file.path}: settings.persona")
+        if model is not None and model not in run.options.models:
+            raise ConfigError(f"{run.run_file.path}: model {model!r} is not under models: "
+                              f"(have: {', '.join(run.options.models)})")
+        given = {"models": run.models(), "persona": persona, **(init or {})}
+        if model is not None:
+            given["model"] = model
+        return await run.create(cls, n, init=given, **options)
 
     # -- what the model is told ------------------------------------------------------------
     @property
