@@ -29,8 +29,10 @@ class RunNotLive(PopulaceError):
     """The run is not (or no longer) running: nothing can be asked of it live."""
 
 
-def _state(agent: Agent) -> dict[str, Any]:
-    return agent.get_state()
+def _state(agent: Agent) -> tuple[Any, Any]:
+    # an agent that says what it holds (a persona's ``mind()``) is shown that way
+    mind = getattr(agent, "mind", None)
+    return agent.get_state(), mind() if callable(mind) else None
 
 
 class RunControl:
@@ -53,7 +55,9 @@ class RunControl:
         return self._run is not None
 
     def agent_state(self, agent_id: int) -> concurrent.futures.Future[Any]:
-        """``(step, state)`` of a live agent, read now on the run's loop."""
+        """``(step, state, mind)`` of a live agent, read now on the run's loop: the steps
+        written, its ``get_state()``, and its ``mind()`` when it has one (a persona's
+        text and memory; else None)."""
         with self._lock:
             loop, run = self._loop, self._run
             done = self.steps_done
@@ -61,7 +65,7 @@ class RunControl:
             raise RunNotLive("the run has no live agents now")
 
         async def read() -> Any:
-            return done, await run.sim.handle(int(agent_id)).call(_state)
+            return (done, *await run.sim.handle(int(agent_id)).call(_state))
 
         return asyncio.run_coroutine_threadsafe(read(), loop)
 

@@ -9,9 +9,12 @@ step by step, its rows in every table next to the run's metrics of that step.
 
 An agent's *mind* (:meth:`AgentBrowser.mind`) is what any scenario's agent holds and says:
 its state from a checkpoint (memory and other fields), its LLM calls from the run's call log
-(``llm_calls/``, found through its index), and the messages its model saw last. It reads one
-checkpoint slice and this agent's lines of the log, so it costs the same with a million
-agents as with ten.
+(``llm_calls/``, found through its index), and the messages its model saw last. A persona
+(:class:`populace.agents.Persona`) is shown as its model sees it: the persona text and its
+memory's events — its own ``mind()`` when it is live, else rendered from the run's profiles
+and ``settings.persona`` and read from the checkpointed memory. It reads one checkpoint
+slice and this agent's lines of the log, so it costs the same with a million agents as with
+ten.
 
 Tables are read through :class:`populace.results.RunDirectory` and kept (a few at a time)
 until the run writes another step of them.
@@ -25,13 +28,15 @@ import math
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pydantic import ValidationError
 
+from populace.agents import Memory, PersonaOptions
 from populace.core import Msg, PopulaceError
 from populace.llm import read_agent_calls
 from populace.results import CheckpointError, RunDirectory, plain_categories, read_agent_state
@@ -235,33 +240,52 @@ class AgentBrowser:
 
 
     def mind(self, run: Path, agent_id: int, *, step: int | None = None,
-             live_state: Any = None, calls: int = MAX_CALLS) -> dict[str, Any]:
+             live_state: Any = None, live_mind: Mapping[str, Any] | None = None,
+             calls: int = MAX_CALLS) -> dict[str, Any]:
         """Agent ``agent_id``'s mind, for any scenario: its profile and background, its
         state, its latest ``calls`` LLM calls (request messages, answer or error, tokens,
         latency, endpoint, time; oldest first) and ``conversation``, the messages of its
-        latest call: the conversation as its model saw it.
+        latest call: its last prompt, as its model saw it.
 
-        The state is ``live_state`` when given (what the agent's ``get_state()`` returns
-        in the running simulation), else the agent's in the checkpoint after ``step``
-        (default: the newest). Memory items come as role, sender and content; the other
-        keys of the state as JSON, long text and long lists cut. :class:`UnknownAgent` when
-        the run knows nothing of the agent.
+        The state is the live agent's when ``live_state`` or ``live_mind`` is given (what
+        its ``get_state()`` and ``mind()`` return in the running simulation), else the
+        agent's in the checkpoint after ``step`` (default: the newest). Memory items come
+        as role, sender and content; the other keys of the state as JSON, long text and
+        long lists cut. A persona's ``persona`` is its text and its memory's events (step,
+        kind, text), and its state shows only what the memory is not. :class:`UnknownAgent`
+        when the run knows nothing of the agent.
         """
         if not _INT64[0] <= agent_id <= _INT64[1]:
             raise UnknownAgent(f"no agent {agent_id} in this run")
-        profile, background = self._profile(run, agent_id)
+        row = self._profile(run, agent_id)
+        profile = dict(row) if row is not None else None
+        background = _cell(profile.pop("background", None), MAX_TEXT) if profile else None
         state: dict[str, Any] | None = None
         state_error = None
-        if live_state is not None:
-            state = {"source": "live", "step": None, "group": None, **_state(live_state)}
+        persona = None
+        live = live_state is not None or _is_mind(live_mind)
+        if live:
+            memory, rest = _split_persona(live_state)
+            if _is_mind(live_mind):
+                persona = _persona(live_mind["persona"], live_mind["memory"], "live")
+            elif memory is not None:
+                persona = self._rendered(run, row, memory)
+            state = {"source": "live", "step": None, "group": None,
+                     **(_state(live_state) if persona is None else _rest(rest))}
         else:
             try:
                 found = read_agent_state(run, agent_id, step)
             except CheckpointError as e:
                 found, state_error = None, str(e)
             if found is not None:
+                raw = found[2]
+                memory, rest = _split_persona(raw)
+                if memory is None and raw is None and _persona_options(run) is not None:
+                    memory = Memory()  # a persona of a persona run, remembering nothing yet
+                if memory is not None:
+                    persona = self._rendered(run, row, memory)
                 state = {"source": "checkpoint", "step": found[0], "group": found[1],
-                         **_state(found[2])}
+                         **(_state(raw) if persona is None else _rest(rest))}
             elif state_error is None:
                 state_error = (f"no checkpoint after step {step} is kept" if step is not None
                                else "no checkpoint holds this agent (yet)")
@@ -279,22 +303,37 @@ class AgentBrowser:
         return {"agent_id": agent_id,
                 "profile": {k: _cell(v) for k, v in (profile or {"agent_id": agent_id}).items()},
                 "background": background, "state": state, "state_error": state_error,
-                "calls": shown, "more_calls": more,
+                "persona": persona, "calls": shown, "more_calls": more,
                 "conversation": steps[-1]["messages"] if steps else []}
 
-    def _profile(self, run: Path, agent_id: int) -> tuple[dict[str, Any] | None, Any]:
-        """(the agent's profile row, its background), or (None, None)."""
+    def _rendered(self, run: Path, row: Mapping[str, Any] | None, memory: Memory
+                  ) -> dict[str, Any]:
+        """A persona that is not live: its text rendered from its profile row with the
+        run's ``settings.persona`` (the default when the run file has none), the same
+        rendering its model was given."""
+        options = _persona_options(run)
+        if isinstance(options, str):
+            text, error = None, options
+        else:
+            text, error = (options or PersonaOptions()).render(row or {}), None
+        out = _persona(text, [e._asdict() for e in memory.events()], "rendered")
+        if error:
+            out["error"] = error
+        return out
+
+    def _profile(self, run: Path, agent_id: int) -> dict[str, Any] | None:
+        """The agent's profile row (background included), or None."""
         try:
             table = self._table(run, PROFILES)
         except (FileNotFoundError, OSError, pa.ArrowInvalid):
-            return None, None
+            return None
         if "agent_id" not in table.column_names:
-            return None, None
+            return None
         found = table.filter(pc.equal(table.column("agent_id"), agent_id))
         if not found.num_rows:
-            return None, None
-        profile = found.slice(0, 1).to_pylist()[0]
-        return profile, _cell(profile.pop("background", None), MAX_TEXT)
+            return None
+        row: dict[str, Any] = found.slice(0, 1).to_pylist()[0]
+        return row
 
     def _in_tables(self, run: Path, agent_id: int) -> bool:
         """Whether a per-step table of the run has a row of the agent."""
@@ -360,6 +399,71 @@ def _state(state: Any) -> dict[str, Any]:
         ((k, v) for k, v in state.items() if k != "memory"), MAX_ITEMS)}
     return {"memory": [_memory_item(m) for m in items[-MAX_ITEMS:]],
             "memory_total": len(items), "fields": fields}
+
+
+def _is_mind(mind: Any) -> TypeGuard[Mapping[str, Any]]:
+    """Whether ``mind`` is what a persona's ``mind()`` returns."""
+    return (isinstance(mind, Mapping) and isinstance(mind.get("persona"), str)
+            and isinstance(mind.get("memory"), list | tuple))
+
+
+def _memory_of(value: Any) -> Memory | None:
+    """``value`` as a persona's memory, if it is a memory's state (``Memory.get_state``)."""
+    if not (isinstance(value, tuple | list) and len(value) == 2
+            and isinstance(value[0], str) and isinstance(value[1], bytes)):
+        return None
+    memory = Memory()
+    try:
+        memory.set_state(value)
+    except ValueError:
+        return None
+    return memory
+
+
+def _split_persona(state: Any) -> tuple[Memory | None, Any]:
+    """(a persona's memory, the rest of its state) when ``state`` is a persona's — the
+    memory's state, or a subclass's tuple holding it (``(super().get_state(), mine)``);
+    else (None, ``state``)."""
+    memory = _memory_of(state)
+    if memory is not None:
+        return memory, None
+    if isinstance(state, tuple) and state:
+        for i, part in enumerate(state):
+            memory = _memory_of(part)
+            if memory is not None:
+                rest = state[:i] + state[i + 1:]
+                return memory, rest[0] if len(rest) == 1 else rest
+    return None, state
+
+
+def _rest(rest: Any) -> dict[str, Any]:
+    """What a persona's state holds beside its memory (a subclass's own part)."""
+    if rest is None:
+        return {"memory": [], "memory_total": 0, "fields": {}}
+    return _state(rest)
+
+
+def _persona_options(run: Path) -> PersonaOptions | str | None:
+    """The run's ``settings.persona`` (None when its run file has none; a one-line
+    reason when it cannot be read)."""
+    settings = RunDirectory(run).read_config().get("settings")
+    given = settings.get("persona") if isinstance(settings, Mapping) else None
+    if given is None:
+        return None
+    try:
+        return PersonaOptions.model_validate(given)
+    except ValidationError as e:
+        return f"settings.persona cannot be read: {e.errors()[0]['msg']}"
+
+
+def _persona(text: Any, events: Any, source: str) -> dict[str, Any]:
+    """A persona as the mind shows it: its text, its latest memory events (step, kind,
+    text) and how many it has."""
+    items = [{"step": _plain(e.get("step")), "kind": _plain(e.get("kind")),
+              "text": _plain(e.get("text"))}
+             for e in list(events)[-MAX_ITEMS:] if isinstance(e, Mapping)]
+    return {"source": source, "text": _plain(text), "memory": items,
+            "memory_total": len(events)}
 
 
 def _message(message: Any) -> dict[str, Any]:

@@ -13,8 +13,8 @@ Endpoints (all under the security rules of ``_security``)::
     GET  /api/runs/{id}/agents/{agent_id}   one agent: profile, background, rows per step
     GET  /api/runs/{id}/agents/{agent_id}/mind?step=K
                                             one agent's mind: its state (at checkpoint K,
-                                            default the newest), its LLM calls, the
-                                            conversation its model saw last
+                                            default the newest; a persona's text and
+                                            memory), its LLM calls, its last prompt
     GET  /api/configs                       run files the studio may start
     GET  /runs/{id}/report/                 the run's report.html (and files it links)
 
@@ -236,16 +236,16 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
         path = runs.check(run_id)
         live = runs.live(run_id)
         control = live.control if live is not None else None
-        live_state, done = None, None
+        live_state = live_mind = done = None
         if step is None and control is not None and control.live:
             try:  # the agent as the running simulation holds it, read beside the step
-                done, live_state = await asyncio.wait_for(
+                done, live_state, live_mind = await asyncio.wait_for(
                     asyncio.wrap_future(control.agent_state(agent_id)), LIVE_READ_S)
             except (RunNotLive, TimeoutError, LookupError, ValueError):
-                live_state = None  # gone, busy or unknown here: the checkpoint answers
+                live_state = live_mind = None  # gone, busy or unknown: the checkpoint answers
         found = await asyncio.to_thread(agents.mind, path, agent_id, step=step,
-                                        live_state=live_state)
-        if live_state is not None and found.get("state"):
+                                        live_state=live_state, live_mind=live_mind)
+        if found.get("state") and found["state"]["source"] == "live":
             found["state"]["step"] = done  # the steps written when it was read
         return found
 
