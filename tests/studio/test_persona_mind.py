@@ -14,10 +14,11 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
+from chromium_page import ARTIFACTS, open_page
 from populace.agents import Memory
 from populace.launch import Intervention, RunControl, launch, load_run_file
 from populace.results import RunDirectory
-from populace.studio import AgentBrowser, Runs, create_app
+from populace.studio import AgentBrowser, Runs, StudioServer, create_app
 
 HOST = "http://127.0.0.1:8765"  # a loopback studio checks the Host header
 NEWS = "The council cut the park's budget by half."
@@ -179,3 +180,35 @@ def test_a_live_personas_mind_is_its_own(client: TestClient, runs: Runs,
     finally:
         client.post(f"/api/runs/{run_id}/stop")
         wait_for(lambda: live.monitor.finished, timeout=60)
+
+
+def test_the_page_shows_a_personas_mind(runs: Runs, client: TestClient) -> None:
+    """In headless Chromium (skipped without it): the persona, the memory as a list with
+    its summary marked, the last prompt; the profile once, above the mind."""
+    agent = nurse(client, "park")
+    persona = client.get(f"/api/runs/park/agents/{agent}/mind").json()["persona"]
+    text, events = persona["text"], persona["memory"]
+    server = StudioServer(runs, port=0, interval=0.25)
+    server.start()
+    try:
+        with open_page(1280) as page:
+            page.goto(f"{server.url}#/run/park/agent/{agent}")
+            page.wait_for_selector("#mind-memory li.event")
+            assert page.inner_text("#mind-persona") == text
+            items = page.locator("#mind-memory li.event")
+            assert items.count() == len(events) and events[0]["kind"] == "summary"
+            first = items.nth(0)
+            assert "summary" in (first.get_attribute("class") or "").split()
+            assert first.get_attribute("data-kind") == "summary"
+            assert first.inner_text().split() == (f"step {events[0]['step']} summary of "
+                                                  f"earlier events {events[0]['text']}").split()
+            last = items.nth(len(events) - 1).inner_text()
+            assert "step 6" in last and "decision" in last and "I answered" in last
+            assert "summary" not in (items.nth(1).get_attribute("class") or "").split()
+            assert page.locator("#mind-conversation .msg").count() == 3
+            assert page.locator("#profile-table").count() == 1
+            assert page.locator("#mind-card details.about").count() == 0
+            page.screenshot(path=str(ARTIFACTS / "15-persona-mind.png"), full_page=True)
+            assert page.problems == []
+    finally:
+        server.stop()

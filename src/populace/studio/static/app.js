@@ -844,7 +844,7 @@ function stepCell(t, marks, fork) {
                   "data-step": t, onclick: () => fork.open(t) }, "Fork"));
 }
 
-// An agent's mind: profile, background, memory, its latest conversation and its LLM calls,
+// An agent's mind: a persona's text, its memory and state, its last prompt and its LLM calls,
 // read when asked (at a step, for a finished run's checkpoints).
 function mindPanel(id, agentId) {
   const step = h("input", { id: "mind-step", type: "number", min: 0, placeholder: "latest" });
@@ -872,30 +872,49 @@ function mindPanel(id, agentId) {
     }
   }
 
-  // The mind's JSON (AgentBrowser.mind): profile, background, state (memory, fields),
-  // calls (oldest first) and conversation (the messages of the latest call).
+  // A persona's memory: its events oldest first, each with its step and kind; a summary
+  // (what the agent's model wrote of older events) stands out.
+  const events = (p) => {
+    const items = p.memory || [];
+    return [h("div", { class: "msg-label" }, `memory: ${num(p.memory_total)} event(s), oldest first` +
+      (p.memory_total > items.length ? `, the latest ${num(items.length)}` : "")),
+      items.length ? h("ol", { class: "memory events", id: "mind-memory" }, items.map((e) => h("li", { class: `event ${e.kind === "summary" ? "summary" : ""}`, "data-kind": e.kind },
+        h("span", { class: "event-step" }, `step ${e.step}`), h("span", { class: `event-kind kind-${e.kind}` }, e.kind === "summary" ? "summary of earlier events" : e.kind),
+        h("span", { class: "event-text" }, typeof e.text === "string" ? e.text : JSON.stringify(e.text)))))
+        : h("p", { class: "muted" }, "Nothing remembered yet.")];
+  };
+
+  // The mind's JSON (AgentBrowser.mind): state (memory, fields), persona (a persona agent's
+  // text and memory), calls (oldest first) and conversation (the messages of the latest call).
+  // The profile and background are on the agent's page above, not repeated here.
   function show(m) {
     const st = m.state;
+    const p = m.persona;
     const parts = [h("div", { class: "muted", id: "mind-source" }, st
       ? (st.source === "live" ? "as the running simulation holds it" : `from the checkpoint after step ${st.step}`) + (st.group ? ` · ${st.group}` : "")
       : m.state_error || "no state")];
-    const about = Object.entries(m.profile || {}).filter(([k]) => k !== "agent_id");
-    if (about.length || m.background) {
-      parts.push(h("details", { class: "about" }, h("summary", null, "profile" + (m.background ? " and background" : "")),
-        about.length ? kvTable(Object.fromEntries(about), "mind-profile") : null,
-        m.background ? h("pre", { id: "mind-background" }, m.background) : null));
+    if (p) {
+      parts.push(h("div", { class: "msg-label" }, "persona: what its model is told about itself" +
+        (p.source === "rendered" ? " (rendered from its profile and the run's settings.persona)" : "")),
+        p.error ? h("p", { class: "error" }, p.error) : null,
+        p.text ? h("pre", { id: "mind-persona", class: "persona" }, p.text)
+          : h("p", { class: "muted", id: "mind-persona" }, "Its model is told no persona (settings.persona shows no column, and it has no background)."));
     }
     const fields = Object.entries((st && st.fields) || {});
     if (fields.length) parts.push(h("div", { class: "msg-label" }, "state"), kvTable(Object.fromEntries(fields), "mind-fields"));
-    const memory = (st && st.memory) || [];
-    parts.push(h("div", { class: "msg-label" }, `memory (${num(st ? st.memory_total : 0)} item(s)` +
-      (st && st.memory_total > memory.length ? `, the latest ${num(memory.length)}` : "") + ")"),
-      memory.length ? h("ol", { class: "memory", id: "mind-memory" }, memory.map((x) => h("li", { class: x.role || "" },
-        h("small", { class: "muted" }, [x.role, x.sender !== null && x.sender !== undefined ? `from ${x.sender}` : null].filter(Boolean).join(" · ") + " "),
-        typeof x.content === "string" ? x.content : JSON.stringify(x.content))))
-        : h("p", { class: "muted" }, st ? "Nothing in memory." : ""));
+    if (p) {
+      parts.push(...events(p));
+    } else {
+      const memory = (st && st.memory) || [];
+      parts.push(h("div", { class: "msg-label" }, `memory (${num(st ? st.memory_total : 0)} item(s)` +
+        (st && st.memory_total > memory.length ? `, the latest ${num(memory.length)}` : "") + ")"),
+        memory.length ? h("ol", { class: "memory", id: "mind-memory" }, memory.map((x) => h("li", { class: x.role || "" },
+          h("small", { class: "muted" }, [x.role, x.sender !== null && x.sender !== undefined ? `from ${x.sender}` : null].filter(Boolean).join(" · ") + " "),
+          typeof x.content === "string" ? x.content : JSON.stringify(x.content))))
+          : h("p", { class: "muted" }, st ? "Nothing in memory." : ""));
+    }
     const convo = m.conversation || [];
-    parts.push(h("div", { class: "msg-label" }, "conversation: the messages of its latest LLM call"),
+    parts.push(h("div", { class: "msg-label" }, "last prompt: the messages of its latest LLM call (interviews aside)"),
       convo.length ? h("div", { class: "conversation", id: "mind-conversation" }, convo.map(message))
         : h("p", { class: "muted" }, "No call recorded (dummy models are not recorded)."));
     const calls = (m.calls || []).slice().reverse();
@@ -911,11 +930,11 @@ function mindPanel(id, agentId) {
           .filter(([, v]) => v !== null && v !== undefined)
           .map(([k, v]) => `${k} ${typeof v === "object" ? JSON.stringify(v) : v}`).join(" · ") + (c.endpoint ? ` · ${c.endpoint}` : "") + (c.interview ? " · interview" : "")))))
         : h("p", { class: "muted" }, "None recorded for this agent."));
-    body.replaceChildren(...parts);
+    body.replaceChildren(...parts.filter((x) => x !== null));
   }
   read();
   return h("section", { class: "card", id: "mind-card" }, h("h3", null, "Mind"),
-    h("p", { class: "muted" }, "What the agent holds: in a live run its state now, read from its worker; else after a step (by default the newest checkpoint). Its memory and other state, the messages of its latest LLM call of a step (interviews aside) and its calls."),
+    h("p", { class: "muted" }, "What the agent holds: in a live run its state now, read from its worker; else after a step (by default the newest checkpoint). A persona's text as its model sees it; its memory and other state; its last prompt and its LLM calls."),
     form, error, body);
 }
 
