@@ -14,9 +14,9 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "populace"
 
 API: dict[str, set[str]] = {
     "populace.agents": {
-        "INTERVIEWER", "KINDS", "UNREADABLE", "Answer", "Choice", "Decision", "Event",
+        "INTERNAL", "INTERVIEWER", "KINDS", "UNREADABLE", "Answer", "Choice", "Decision", "Event",
         "Memory", "Number", "Persona", "PersonaOptions", "Regex", "Schema", "Text",
-        "render_memory"},
+        "persona_columns", "render_memory"},
     "populace.core": {
         "Agent", "AgentGroup", "AgentHandle", "Backend", "CallTimeout", "ConfigError",
         "LocalBackend", "Memory", "ModelBadResponse", "ModelError", "ModelHTTPError",

@@ -11,9 +11,10 @@ and the memory's budget; :class:`Memory` holds its events compactly. See
 from ._agent import INTERVIEWER, Decision, Persona, render_memory
 from ._answers import UNREADABLE, Answer, Choice, Number, Regex, Schema, Text
 from ._memory import KINDS, Event, Memory
-from ._persona import PersonaOptions
+from ._persona import INTERNAL, PersonaOptions, persona_columns
 
 __all__ = [
+    "INTERNAL",
     "INTERVIEWER",
     "KINDS",
     "UNREADABLE",
@@ -28,5 +29,6 @@ __all__ = [
     "Regex",
     "Schema",
     "Text",
+    "persona_columns",
     "render_memory",
 ]

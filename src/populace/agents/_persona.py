@@ -20,6 +20,14 @@ from pydantic import Field, model_validator
 from populace._strict import StrictModel
 from populace.core import ConfigError
 
+#: Profile columns that describe the run, not the persona: never shown by default.
+INTERNAL = frozenset({"agent_id", "arm", "background", "group", "model"})
+
+
+def persona_columns(columns: Iterable[str]) -> list[str]:
+    """The columns a persona shows when none are declared: all but :data:`INTERNAL`."""
+    return [c for c in columns if c not in INTERNAL]
+
 
 class PersonaOptions(StrictModel):
     """How personas are shown to their models and how much they remember; a scenario's
@@ -58,7 +66,7 @@ class PersonaOptions(StrictModel):
         parts = []
         if self.shown:
             parts.append("About you: " + "; ".join(
-                f"{c.replace('_', ' ')}: {profile[c]}" for c in self.shown
+                f"{c}: {profile[c]}" for c in self.shown
                 if profile.get(c) is not None) + ".")
         if self.background is not None:
             text = profile.get(self.background)

@@ -242,8 +242,8 @@ def persona_reply(messages: Sequence[Mapping[str, Any]], *, seed: int,
     if _EXTRACT in last and last.startswith("Here is someone's reply"):
         return _extract(last)
     if (m := _SUMMARY.search(last)) is not None:
-        heads = [" ".join(text.split()[:8]).rstrip(".;") for kind, text in
-                 reversed(_memory(last)) if kind != "summary" and text.strip()]
+        heads = [" ".join(text.split()[:8]).rstrip(".;") for _step, kind, text in
+                 reversed(_LINE.findall(last)) if kind != "summary" and text.strip()]
         return " ".join("; ".join(h for h in heads if h).split()[: int(m.group(1))]) \
             or "Nothing much."
     if system and system[0] == INTERVIEWER and _QUESTION.search(last) is not None:

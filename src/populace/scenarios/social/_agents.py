@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from populace.agents import INTERVIEWER, persona_columns
 from populace.core import Agent, ModelError, Profile, derive_seed, seed_for
 from populace.llm import ChatMessage, ModelClient
 
@@ -142,12 +143,8 @@ class Person(Agent):
         assert self.model is not None and self.shard.data is not None
         feeds, row = self.shard.items_of(self.id)
         items = feeds.items(row) if row >= 0 else []
-        about = "; ".join(f"{k}: {v}" for k, v in self.profile.items() if k != "background")
-        persona = str(self.profile["background"]) if "background" in self.profile else \
-            f"You use a social network. About you: {about}." if about else \
-            "You use a social network."
         messages: list[ChatMessage] = [
-            {"role": "system", "content": persona},
+            {"role": "system", "content": self.persona_text()},
             {"role": "user", "content": feed_message(items, dict(self.shard.data.texts), t)}]
         seed = seed_for(derive_seed(self.shard.data.seed, 0x50C4), self.id)
         try:
@@ -158,6 +155,21 @@ class Person(Agent):
         action, target, text = parse_action(answer.text, items)
         same = sum(i.same for i in items)
         return action, target, text, len(items), same, answer.text
+
+    def persona_text(self) -> str:
+        """The persona its model is told: the background, else the profile's columns but
+        the internal ones (group, arm, ids: :data:`populace.agents.INTERNAL`)."""
+        if "background" in self.profile:
+            return str(self.profile["background"])
+        about = "; ".join(f"{k}: {self.profile[k]}" for k in persona_columns(self.profile))
+        return f"You use a social network. About you: {about}." if about else \
+            "You use a social network."
+
+    def interview_messages(self, question: str) -> list[ChatMessage]:
+        """An interview: the persona of its feed calls, then the question."""
+        return [{"role": "system", "content": INTERVIEWER},
+                {"role": "system", "content": self.persona_text()},
+                {"role": "user", "content": f"Question: {question.strip()}"}]
 
     def get_state(self) -> Any:  # nothing: the run holds it all
         return None

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from populace.agents import INTERVIEWER
 from populace.core import Agent, ModelError, Profile, mix64, seed_for
 from populace.llm import ChatMessage, ModelClient
 
@@ -141,21 +142,39 @@ class Respondent(Agent):
         self.history: list[tuple[str, str]] = []  # (question asked, reply) when memory is on
         self.system: str | None = None
 
+    def persona_text(self) -> str:
+        """The persona as the respondent's model is told it (its template, else its
+        background, else its attributes; never the arm, group or id)."""
+        plan, profile = self.plan, self.profile
+        if plan.persona is not None:
+            return plan.persona.format_map({a: profile[a] for a in plan.attributes})
+        if "background" in profile:
+            return str(profile["background"])
+        if plan.attributes:
+            return "About you: " + "; ".join(f"{a}: {profile[a]}"
+                                             for a in plan.attributes) + "."
+        return ""
+
     def _system(self) -> str:
         if self.system is None:
-            plan, profile = self.plan, self.profile
-            if plan.persona is not None:
-                about = plan.persona.format_map({a: profile[a] for a in plan.attributes})
-            elif "background" in profile:
-                about = str(profile["background"])
-            elif plan.attributes:
-                about = "About you: " + "; ".join(f"{a}: {profile[a]}"
-                                                  for a in plan.attributes) + "."
-            else:
-                about = ""
-            self.system = plan.questionnaire.instructions.strip() + (
+            about = self.persona_text()
+            self.system = self.plan.questionnaire.instructions.strip() + (
                 f"\n\n{about}" if about else "")
         return self.system
+
+    def interview_messages(self, question: str) -> list[ChatMessage]:
+        """An interview: the persona of the questionnaire's calls and the answers given so
+        far (the survey's context), then the question; nothing is written back."""
+        answers = "\n".join(f"- {asked.splitlines()[0]} You answered: {reply}"
+                            for asked, reply in self.history)
+        ask = f"Question: {question.strip()}"
+        user = f"Your answers so far:\n{answers}\n\n{ask}" if answers else ask
+        messages: list[ChatMessage] = [{"role": "system", "content": INTERVIEWER}]
+        about = self.persona_text()
+        if about:
+            messages.append({"role": "system", "content": about})
+        messages.append({"role": "user", "content": user})
+        return messages
 
     async def _ask(self, messages: list[ChatMessage], seed: int, fmt: dict[str, Any] | None,
                    call: _Call) -> str:

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
+from populace.agents import persona_columns
 from populace.config import key_text
 from populace.core import ConfigError, derive_seed
 from populace.launch import Rows, Run, RunFile, Scenario, ScenarioSettings
@@ -284,8 +285,7 @@ class Survey(Scenario):
             if arm.message is not None:
                 before = arm.before or tuple(wave[0] for wave in q.plan)
                 notes[name] = {qid: arm.message for qid in before}
-        attributes = tuple(c for c in profiles.column_names
-                           if c not in ("agent_id", "arm", "background", "group"))
+        attributes = tuple(persona_columns(profiles.column_names))
         plan = Plan(
             questionnaire=q, model=config.model,
             bases=tuple(tuple(derive_seed(run.seed, w + 1, i) for i in range(len(wave)))
