@@ -248,7 +248,13 @@ class Respondent(Agent):
 
     async def _draw(self, q: Question, shown: list[int], seed: int, call: _Call
                     ) -> tuple[Any, str]:
-        """A model that reads no prompt (the dummy): its number picks the answer uniformly."""
+        """A model that reads no prompt (the dummy): its number picks the answer uniformly.
+
+        The number alone cannot: the dummy's 101 values (0..100 by default) split unevenly
+        over 5 or 11 options and reach only 101 numbers of a range. So it is added to a
+        seeded offset uniform over the answers (mod their count), which is uniform whatever
+        the number's own distribution.
+        """
         text = await self._ask([], seed, None, call)
         try:
             n = int(text)
@@ -256,9 +262,9 @@ class Respondent(Agent):
             return None, text
         k = len(shown)
         if q.type in CHOICE:
-            return shown[n % k], text
+            return shown[_pick(n, seed, k)], text
         if q.type == "multi_choice":
-            picked, mask = n % ((1 << k) - 1) + 1, 0  # a non-empty set of shown positions
+            picked, mask = _pick(n, seed, (1 << k) - 1) + 1, 0  # a non-empty set of positions
             for pos in range(k):
                 if picked >> pos & 1:
                     mask |= 1 << shown[pos]
@@ -267,10 +273,10 @@ class Respondent(Agent):
             assert q.range is not None
             low, high = q.range
             if high - low >= 20 and low == int(low) and high == int(high):
-                return low + n % int(high - low + 1), text
-            return low + (high - low) * (n % 101) / 100, text
+                return low + _pick(n, seed, int(high - low + 1)), text
+            return low + (high - low) * _pick(n, seed, 101) / 100, text
         if q.coded:
-            return n % len(q.options), text
+            return _pick(n, seed, len(q.options)), text
         return True, text  # an open answer: the text is the answer
 
     async def _read(self, q: Question, number: int, of: int, shown: list[int], seed: int,
@@ -322,6 +328,19 @@ class Respondent(Agent):
         known, history = state
         self.known = dict(zip(self.plan.remembered_order, known, strict=True))
         self.history = [(q, a) for q, a in history]
+
+
+#: Salts the offset of :func:`_pick` away from the dummy's number and the option order.
+_OFFSET = 0x0FF5E7_D2A3
+
+
+def _pick(n: int, seed: int, m: int) -> int:
+    """One of ``m`` answers for the number ``n``: uniform when the offset is, whatever ``n``
+    is (128 bits of offset: a 64-bit one would be biased over ranges past 2**40)."""
+    offset = mix64(seed ^ _OFFSET)
+    if m > 1 << 40:
+        offset = offset << 64 | mix64(offset)
+    return (n + offset) % m
 
 
 def _parse(q: Question, text: str, shown: list[int]) -> Any:
