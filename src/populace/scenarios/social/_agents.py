@@ -152,7 +152,7 @@ class Person(Agent):
                                                max_tokens=max_tokens, response_format=SCHEMA)
         except ModelError:
             raise  # counted by the step as a failed answer
-        action, target, text = parse_action(answer.text, items)
+        action, target, text = parse_action(answer.text, items, me=self.id)
         same = sum(i.same for i in items)
         return action, target, text, len(items), same, answer.text
 

@@ -7,6 +7,10 @@ run with the same seed, on any backend); a model policy asks each agent's model:
 **dummy**: one of the five actions uniformly; a repost or like takes a uniformly chosen item
 of the feed, a follow its original author (nothing when the feed is empty).
 
+No policy follows the agent itself: its own post can return to its feed through a
+followee's repost once the post has left the window, and a follow of its author is then
+``nothing`` (target none).
+
 **scripted** (parameters in :class:`ScriptedPolicy`): the agent looks at its feed items in
 rank order and reposts the first item ``j`` whose draw ``u_j < repost_base + per_share ×
 shares_j + similar × same_j`` (``shares_j``: how many of the people it follows shared that
@@ -120,7 +124,7 @@ def decide(feeds: Feeds, seed: int, policy: str, params: ScriptedPolicy,
         target[ok & (action == REPOST)] = feeds.via[pick[ok & (action == REPOST)]]
         target[ok & (action == LIKE)] = feeds.root[pick[ok & (action == LIKE)]]
         target[ok & (action == FOLLOW)] = feeds.origin[pick[ok & (action == FOLLOW)]]
-        return action, target
+        return _no_self_follow(feeds.member, action, target)
     p = (params.repost_base + params.per_share * feeds.shares
          + params.similar * feeds.same.astype(np.float64))
     member_of = feeds.member[owner]
@@ -140,6 +144,14 @@ def decide(feeds: Feeds, seed: int, policy: str, params: ScriptedPolicy,
     action[like], target[like] = LIKE, feeds.root[top[like]]
     action[post] = POST
     action[follow], target[follow] = FOLLOW, feeds.origin[top[follow]]
+    return _no_self_follow(feeds.member, action, target)
+
+
+def _no_self_follow(member: np.ndarray, action: np.ndarray, target: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """A follow of the agent itself is nothing (see the module docstring)."""
+    selfish = (action == FOLLOW) & (target == member)
+    action[selfish], target[selfish] = NOTHING, -1
     return action, target
 
 
@@ -176,9 +188,15 @@ def feed_message(items: list[Item], texts: dict[int, str], step: int) -> str:
 _OBJECT = re.compile(r"\{.*\}", re.S)
 
 
-def parse_action(reply: str, items: list[Item]) -> tuple[int, int | None, str | None]:
-    """``(action, target, text)`` from a model's reply; an unreadable reply, or an item
-    number that is not in the feed, is ``nothing``."""
+def parse_action(reply: str, items: list[Item], *, me: int | None = None
+                 ) -> tuple[int, int | None, str | None]:
+    """``(action, target, text)`` from a model's reply; an unreadable reply, an item
+    number that is not in the feed, or a follow of agent ``me`` itself, is ``nothing``.
+
+    >>> mine = Item(root=7, via=9, author=2, shares=1, same=False, origin=5)
+    >>> parse_action('{"action": "follow", "item": 1}', [mine], me=5)
+    (0, None, None)
+    """
     found = _OBJECT.search(reply)
     try:
         data = json.loads(found.group(0)) if found else None
@@ -199,4 +217,6 @@ def parse_action(reply: str, items: list[Item]) -> tuple[int, int | None, str | 
         return NOTHING, None, None
     item = items[number - 1]
     target = item.via if action == REPOST else item.root if action == LIKE else item.origin
+    if action == FOLLOW and target == me:
+        return NOTHING, None, None
     return action, target, None
