@@ -87,6 +87,37 @@ def _plain(value: Any) -> Any:
                     f"{type(value).__name__}")
 
 
+def _as_table(name: str, rows: Any) -> pa.Table | None:
+    """What :meth:`Run.record` was given, as a table; None for an empty list of rows."""
+    if isinstance(rows, pa.Table):
+        return rows
+    try:
+        if isinstance(rows, Mapping):
+            return pa.table(dict(rows))
+        if isinstance(rows, Sequence) and not isinstance(rows, str | bytes):
+            if not rows:
+                return None
+            first = rows[0]
+            for i, row in enumerate(rows):
+                if not isinstance(row, Mapping):
+                    raise TypeError(f"record({name!r}, rows): row {i} is a "
+                                    f"{type(row).__name__}, not a mapping of column to value")
+                if row.keys() != first.keys():
+                    raise ValueError(
+                        f"record({name!r}, rows): row {i} has the keys {_listed(list(row))}, "
+                        f"row 0 {_listed(list(first))}")
+            return pa.Table.from_pylist(list(rows))
+    except pa.ArrowException as e:  # values of mixed types in a column, say
+        raise ValueError(f"record({name!r}): {' '.join(str(e).split())}") from None
+    raise TypeError(f"record({name!r}, rows): rows are a pyarrow Table, columns "
+                    f"({{name: values}}) or a list of row mappings, not {type(rows).__name__}")
+
+
+def _listed(names: Sequence[str], most: int = 8) -> str:
+    shown = ", ".join(map(str, names[:most]))
+    return shown + (f" … ({len(names)} in all)" if len(names) > most else "")
+
+
 class Run:
     """What a scenario's ``setup`` and ``step`` work with (one per run attempt).
 
@@ -123,6 +154,8 @@ class Run:
         self.digests: dict[str, str] = {}
         self._profiles_written = False
         self._tables: dict[str, list[pa.Table]] = {}
+        #: table → (the first step that recorded it, its schema): what later steps must match.
+        self._schemas: dict[str, tuple[int, pa.Schema]] = {}
         self._metrics: dict[str, Any] = {}
         self._distributions: dict[str, dict[str, Any]] = {}
         self._collecting: tuple[PlaceholderSet[Any], tuple[str, Rows] | None] | None = None
@@ -273,14 +306,70 @@ class Run:
         return PerWorker(EnvClient, service)
 
     # -- results ----------------------------------------------------------------------------
-    def record(self, table: str, rows: pa.Table | dict[str, Any]) -> None:
+    def record(self, table: str,
+               rows: pa.Table | Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
         """Add ``rows`` to per-step table ``table`` (``parts/TABLE-rNNNNN.parquet``, joined
-        into ``TABLE.parquet`` at the end). Rows get a ``step`` column unless they carry
-        ``step`` or ``round`` already."""
-        t = rows if isinstance(rows, pa.Table) else pa.table(rows)
+        into ``TABLE.parquet`` at the end): an Arrow table, columns (a mapping of column
+        name to values), or a list of rows (mappings with the same keys; an empty list adds
+        nothing). Rows get a ``step`` column unless they carry ``step`` or ``round``.
+
+        A table keeps the columns of the first step that recorded it, with their types: a
+        column added, missing or of another type later raises ``ValueError`` naming the
+        table, the step and the column (the run stops there, one line naming the scenario's
+        line). Columns in another order are put back in the table's order, and a column
+        with only missing values (type ``null``) takes the table's type.
+
+        >>> run.record("votes", {"agent_id": ids, "vote": votes})          # doctest: +SKIP
+        >>> run.record("votes", [{"agent_id": 1, "vote": "yes"}, ...])     # doctest: +SKIP
+        """
+        t = _as_table(table, rows)
+        if t is None:
+            return
         if "step" not in t.column_names and "round" not in t.column_names:
             t = t.add_column(0, "step", pa.array(np.full(t.num_rows, self.step, np.int32)))
-        self._tables.setdefault(table, []).append(t)
+        self._tables.setdefault(table, []).append(self._conform(table, t))
+
+    def _conform(self, table: str, t: pa.Table) -> pa.Table:
+        """``t`` in the schema of ``table``'s earlier steps (this attempt's, else its step
+        files on disk: a resumed run checks against the steps written before)."""
+        known = self._schemas.get(table)
+        if known is None and self.run_dir is not None:
+            stored = self.run_dir.part_schema(table)
+            if stored is not None:
+                known = self._schemas[table] = stored
+        if known is None:
+            self._schemas[table] = (self.step, t.schema)
+            return t
+        since, schema = known
+        names, types = schema.names, schema.types
+        if t.schema.names == names and t.schema.types == types:
+            return t
+        where = f"table {table!r}, step {self.step}"
+        columns = f"its columns since step {since}: {_listed(names)}"
+        given = t.schema.names
+        twice = next((n for n in given if given.count(n) > 1), None)
+        if twice is not None:
+            raise ValueError(f"{where}: column {twice!r} given twice")
+        added = [n for n in given if n not in names]
+        if added:
+            raise ValueError(f"{where}: column {added[0]!r} ({t.schema.field(added[0]).type}) "
+                             f"is new; {columns} (a table keeps its first step's columns)")
+        missing = [n for n in names if n not in given]
+        if missing:
+            raise ValueError(f"{where}: column {missing[0]!r} ({schema.field(missing[0]).type})"
+                             f" is missing; {columns} (give it, with nulls if need be)")
+        t = t.select(names)
+        for i, field in enumerate(schema):
+            now = t.schema.field(i).type
+            if now == field.type:
+                continue
+            if pa.types.is_null(now):  # only missing values: nothing to convert
+                t = t.set_column(i, field.name, pa.nulls(t.num_rows, field.type))
+                continue
+            raise ValueError(f"{where}: column {field.name!r} is {now}, but {field.type} since "
+                             f"step {since} (convert it, or give the type: pa.array(values, "
+                             "type=...))")
+        return t
 
     def metric(self, name: str, value: Any) -> None:
         """Report one value of series ``name`` for this step (summary, studio, report)."""
@@ -297,7 +386,9 @@ class Run:
     def distribution(self, name: str, values: Any, *, range: tuple[float, float] | None = None,
                      bins: int = 20) -> None:
         """Report the distribution of per-agent ``values`` this step, as a histogram over
-        ``range`` (default: the values' span); NaN values are left out and counted."""
+        ``range`` (default: the values' span). NaN values are left out and counted
+        (``missing``), and so are values below or above ``range`` (``under``, ``over``, with
+        a warning for the step): ``sum(counts) + under + over == n``."""
         data = np.asarray(values, dtype=np.float64)
         finite = data[np.isfinite(data)]
         lo, hi = range if range is not None else (
@@ -305,11 +396,17 @@ class Run:
         if hi <= lo:
             hi = lo + 1.0
         counts, edges = np.histogram(finite, bins=bins, range=(lo, hi))
+        under, over = int(np.count_nonzero(finite < lo)), int(np.count_nonzero(finite > hi))
         self._distributions[name] = {
             "edges": [round(float(e), 10) for e in edges], "counts": counts.tolist(),
             "n": int(finite.size), "missing": int(data.size - finite.size),
+            "under": under, "over": over,
             "mean": float(finite.mean()) if finite.size else None,
         }
+        if under or over:
+            self.warn(f"distribution {name!r}: {under + over:,} of {finite.size:,} values "
+                      f"outside its range [{lo:g}, {hi:g}] ({under:,} under, {over:,} over), "
+                      "not in its histogram")
 
     @overload
     async def collect(self, answers: PlaceholderSet[Any], *, measure: Measure | None = None,

@@ -415,6 +415,11 @@ class RunDirectory:
         """The steps of table ``name`` written so far, in order."""
         return [_step_of(p) for p in _parts(self.path / "parts", name)]
 
+    def part_schema(self, name: str) -> tuple[int, pa.Schema] | None:
+        """``(step, schema)`` of the first step file of table ``name``; None if none."""
+        parts = _parts(self.path / "parts", name)
+        return (_step_of(parts[0]), _read_schema(parts[0])) if parts else None
+
     def drop_steps_after(self, step: int) -> None:
         """Forget every table's rows after ``step`` (a resumed run plays them again)."""
         for part in (self.path / "parts").glob("*-r*.parquet"):
