@@ -62,7 +62,7 @@ API: dict[str, set[str]] = {
         "RunNotLive", "SelectionError", "checkpointed_steps", "fork", "interview",
         "interview_run", "parse_intervention", "parse_sets", "read_interventions",
         "read_interviews", "reopen", "save_interview", "select", "where_filter",
-        "written_profiles"},
+        "written_profiles", "intervene", "Scheduled"},
     "populace.results": {
         "Breakdown", "CheckpointError", "Comparison", "Report", "RunData", "RunDirectory",
         "RunInUse", "RunMonitor", "RunSnapshot", "atomic_write", "error_kind", "headline",

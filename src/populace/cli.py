@@ -866,6 +866,77 @@ def interview(
 
 
 @app.command()
+def intervene(
+    run_dir: Annotated[Path, typer.Argument(help="the run directory")],
+    step: Annotated[int, typer.Option(min=1, help="the step at whose start it is carried "
+                                      "out")],
+    text: Annotated[str | None, typer.Option(help="a message to the chosen agents")] = None,
+    where: Annotated[str | None, typer.Option(
+        help="with --text: agents whose profile matches, e.g. 'age == \"old\"'")] = None,
+    agent: Annotated[list[int] | None, typer.Option(
+        "--agent", help="with --text: this agent (repeatable)")] = None,
+    sample: Annotated[int | None, typer.Option(min=1, help="with --text: a seeded random "
+                                               "sample of this many (of those chosen)")
+                      ] = None,
+    key: Annotated[str | None, typer.Option(help="an environment key to set")] = None,
+    value: Annotated[str | None, typer.Option(help="with --key: its value, as JSON "
+                                              "(3, true, '\"text\"', [1, 2])")] = None,
+    env: Annotated[str | None, typer.Option(help="with --key: the child environment's "
+                                            "path (default: the root)")] = None,
+) -> None:
+    """Schedule a message to agents, or a change of the environment, at a step of a run
+    that is not running; a fork (or --resume) carries it out. Appended to
+    RUN_DIR/interventions.jsonl."""
+    from populace.launch import intervene as schedule
+    from populace.launch import parse_intervention
+
+    if (text is None) == (key is None):
+        raise _Fail("give either --text (a message) or --key and --value (an environment "
+                    "change)", EXIT_CONFIG)
+    if text is not None:
+        if not text.strip():
+            raise _Fail("--text: empty (give the message)", EXIT_CONFIG)
+        given = [f for f, v in (("--value", value), ("--env", env)) if v is not None]
+        if given:
+            raise _Fail(f"{given[0]} goes with --key (an environment change), not --text",
+                        EXIT_CONFIG)
+        data: dict[str, Any] = {"step": step, "kind": "message", "text": text,
+                                "where": where, "agents": agent, "sample": sample}
+    else:
+        given = [f for f, v in (("--where", where), ("--agent", agent), ("--sample", sample))
+                 if v is not None]
+        if given:
+            raise _Fail(f"{given[0]} goes with --text (a message), not --key", EXIT_CONFIG)
+        if value is None:
+            raise _Fail("--key needs --value (JSON: 3, true, '\"text\"')", EXIT_CONFIG)
+        try:
+            parsed = json.loads(value, parse_constant=_no_constant)
+        except ValueError:
+            raise _Fail(f"--value {value}: not JSON (text goes in double quotes: "
+                        f"'\"{value}\"')", EXIT_CONFIG) from None
+        data = {"step": step, "kind": "environment", "key": key, "value": parsed, "env": env}
+    intervention = parse_intervention({k: v for k, v in data.items() if v is not None},
+                                      "intervene", flags=True)
+    if not _is(run_dir / "config.yaml", Path.is_file, "RUN_DIR"):
+        raise _Fail(f"{run_dir}: no config.yaml there (not a run directory?)", EXIT_CONFIG)
+    done = schedule(run_dir, intervention)
+    reach = "" if done.agents is None else \
+        f"; it reaches {done.agents:,} agent{'' if done.agents == 1 else 's'}"
+    if done.fork_at is None:
+        then = (f"the run has played {done.played} step(s): it is carried out when it "
+                f"resumes: populace run --resume {run_dir}")
+    else:
+        then = (f"step {step} was played already: carry it out in a fork: populace run "
+                f"--fork {run_dir} --at {done.fork_at} --out {run_dir}-fork{done.fork_at}")
+    out.print(f"scheduled for step {step}: {escape(done.intervention.describe())}{reach}; "
+              f"{escape(then)}", soft_wrap=True, highlight=False)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # NaN, Infinity: Python's json reads them
+
+
+@app.command()
 def compare(
     run_dirs: Annotated[list[Path], typer.Argument(help="run (or sweep) directories")],
     out_dir: Annotated[Path | None, typer.Option(

@@ -10,7 +10,14 @@ recovery from a lost worker, LLM recording and ``--replay``, the studio's live v
 from ._console import ConsoleObserver
 from ._control import RunControl, RunNotLive
 from ._estimate import PILOT_AGENTS, Estimate, ModelEstimate, estimate
-from ._interventions import INTERVENTIONS, Intervention, parse_intervention, read_interventions
+from ._interventions import (
+    INTERVENTIONS,
+    Intervention,
+    Scheduled,
+    intervene,
+    parse_intervention,
+    read_interventions,
+)
 from ._interview import (
     INTERVIEWER,
     INTERVIEWS,
@@ -72,6 +79,7 @@ __all__ = [
     "Scenario",
     "ScenarioFailed",
     "ScenarioSettings",
+    "Scheduled",
     "SelectionError",
     "StepAbandoned",
     "Terminated",
@@ -79,6 +87,7 @@ __all__ = [
     "checkpointed_steps",
     "estimate",
     "fork",
+    "intervene",
     "interview",
     "interview_run",
     "launch",

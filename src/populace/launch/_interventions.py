@@ -8,6 +8,9 @@ of its source. A message reaches the chosen agents through ``observe`` (their me
 default): what they make of it is the scenario's business. An environment change sets a key
 of the run's (first) served environment.
 
+A live run is intervened on through its :class:`~populace.launch.RunControl` (the studio);
+a run that no process is running, through :func:`intervene` (``populace intervene``).
+
 >>> Intervention(step=3, kind="message", text="A storm is coming.", where='age > 60').kind
 'message'
 """
@@ -19,6 +22,7 @@ import os
 import time
 import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,6 +31,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from populace._strict import StrictModel
 from populace.core import ConfigError, Msg, derive_seed
+from populace.results import RunDirectory, RunInUse
 
 from ._select import select
 
@@ -84,14 +89,19 @@ class Intervention(StrictModel):
         return f"message to {' and '.join(who) or 'all agents'}: {self.text}"
 
 
-def parse_intervention(data: Any, source: str) -> Intervention:
-    """An intervention from a mapping; ConfigError naming ``source`` and the key if bad."""
+def parse_intervention(data: Any, source: str, *, flags: bool = False) -> Intervention:
+    """An intervention from a mapping; ConfigError naming ``source`` and the key if bad
+    (``flags``: the key as the command line spells it, ``--text``, and no source)."""
     try:
         return Intervention.model_validate(data)
     except ValidationError as e:
         first = e.errors(include_url=False)[0]
         key = ".".join(str(p) for p in first["loc"])
         message = str(first["msg"]).removeprefix("Value error, ")
+        if flags:
+            name = {"agents": "agent"}.get(str(first["loc"][0]), str(first["loc"][0])) \
+                if first["loc"] else ""
+            raise ConfigError(f"{'--' + name + ': ' if name else ''}{message}") from None
         raise ConfigError(f"{source}: {key + ': ' if key else ''}{message}") from None
 
 
@@ -158,15 +168,96 @@ async def _set(run: Any, i: Intervention) -> str | None:
     return None
 
 
+def _reached(profiles: Any, intervention: Intervention, seed: int, t: int, n: int,
+             ids: np.ndarray | None = None) -> np.ndarray:
+    return select(profiles, where=intervention.where, agents=intervention.agents,
+                  sample=intervention.sample, ids=ids,
+                  seed=derive_seed(seed, zlib.crc32(b"intervention"), t, n))
+
+
 def chosen(run: Any, intervention: Intervention, t: int, n: int) -> np.ndarray:
     """The agents message ``intervention`` (the ``n``-th of step ``t``) reaches."""
     every = np.concatenate([g.ids for _, g in run.groups.values()]) \
         if run.groups else np.array([], np.int64)
     written = run.run_dir.read_profiles() if run.run_dir is not None else None
-    return select(written if written is not None else run.population,
-                  where=intervention.where, agents=intervention.agents,
-                  sample=intervention.sample, ids=every,
-                  seed=derive_seed(run.seed, zlib.crc32(b"intervention"), t, n))
+    return _reached(written if written is not None else run.population, intervention,
+                    run.seed, t, n, every)
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """What :func:`intervene` wrote: the ``intervention`` (stamped), the number of
+    ``agents`` a message reaches (None for an environment change, or a run without
+    ``profiles.parquet``), the steps the run had played (``played``), and the step a fork
+    continues after to carry it out (``fork_at``; None when ``--resume`` will play it)."""
+
+    intervention: Intervention
+    agents: int | None
+    played: int
+    fork_at: int | None
+
+
+def _planned(config: dict[str, Any], run_dir: Path) -> int:
+    steps = config.get("steps", config.get("rounds"))
+    if not isinstance(steps, int) or isinstance(steps, bool):
+        raise ConfigError(f"{run_dir}/config.yaml: no number of steps (not a run's config?)")
+    return steps
+
+
+def intervene(run_dir: Path, intervention: Intervention) -> Scheduled:
+    """Schedule ``intervention`` in ``run_dir``, a run no process is running: checked as a
+    live run checks it (its step one the run plans, a message's agents chosen from
+    ``profiles.parquet``), then appended to ``interventions.jsonl``; nothing else of the run
+    changes. A step the run has played already is carried out by a fork from before it
+    (``Scheduled.fork_at``); a later one, by ``--resume``. ConfigError, one line, for a
+    directory that holds no run, a step the run does not plan or no fork can reach, a bad
+    choice of agents, and a run that another process is running (that one is changed
+    through its studio: only the run's own process knows which step starts next).
+
+    >>> intervene(Path("runs/park"), Intervention(step=3, kind="message",  # doctest: +SKIP
+    ...           text="Vote no.", where='age == "old"')).agents
+    333
+    """
+    from ._offline import checkpointed_steps  # (it imports the launcher, which imports us)
+
+    run_dir = Path(run_dir)
+    directory = RunDirectory(run_dir)
+    if not directory.config_path.is_file():
+        raise ConfigError(f"{run_dir}: no config.yaml there (not a run directory?)")
+    config = directory.read_config()
+    planned, t = _planned(config, run_dir), intervention.step
+    if t > planned:
+        raise ConfigError(f"step {t}: the run plays steps 1 to {planned} (config.yaml)")
+    try:
+        with directory.hold():  # no run may start meanwhile: it could miss the line
+            try:
+                played = len(directory.read_summary().get("steps") or ())
+            except FileNotFoundError:
+                played = 0
+            fork_at = None
+            if t <= played:  # too late for this run: a fork from before step t plays it
+                have = checkpointed_steps(run_dir)
+                kept = [s for s in have if s < t]
+                if not kept:
+                    why = "no fork starts before it (a fork continues after step 1 at the " \
+                        "earliest)" if t == 1 else "no checkpoint before it is kept to fork " \
+                        f"from (steps with one: {', '.join(map(str, have)) or 'none'})"
+                    raise ConfigError(f"step {t}: the run has played it, and {why}")
+                fork_at = kept[-1]
+            agents = None
+            profiles = directory.read_profiles()
+            if intervention.kind == "message" and (profiles is not None
+                                                   or intervention.where is not None):
+                n = sum(i.step == t for i in read_interventions(run_dir))
+                agents = int(_reached(profiles, intervention, int(config.get("seed") or 0),
+                                      t, n).size)
+            written = stamped(intervention)
+            append(run_dir, written)
+    except RunInUse:
+        raise RunInUse(f"{run_dir}: the run is live in another process; intervene from the "
+                       "studio that runs it (populace run --studio), which writes it for the "
+                       "next step, or fork the run once it has ended") from None
+    return Scheduled(written, agents, played, fork_at)
 
 
 async def carry_out(run: Any, interventions: Sequence[Intervention], t: int
