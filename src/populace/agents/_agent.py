@@ -89,7 +89,8 @@ class Persona(Agent):
         if model is not None and model not in models:
             raise ValueError(f"model {model!r} is not among the models ({', '.join(models)})")
         self.models = models
-        self.model_name = model if model is not None else next(iter(models))
+        # none: an agent whose decisions are made elsewhere (a scenario's offline rule)
+        self.model_name = model if model is not None else next(iter(models), None)
         self.persona = persona if persona is not None else _DEFAULT
 
     @classmethod
@@ -122,7 +123,15 @@ class Persona(Agent):
     @property
     def model(self) -> ModelClient:
         """The agent's model client."""
+        if self.model_name is None:
+            raise LookupError(f"{type(self).__name__} {self.id} was given no model")
         return self.models[self.model_name]
+
+    def note_unreadable(self) -> None:
+        """Count a decision whose reply could not be read (in the model's statistics)."""
+        count = getattr(self.models, "count_unreadable", None)
+        if count is not None and self.model_name is not None:
+            count(self.model_name)
 
     @property
     def memory(self) -> Memory:  # type: ignore[override]  # events, not messages
@@ -166,12 +175,12 @@ class Persona(Agent):
             events = memory.events()
             summary = None
             if self.persona.summarise and self.model.reads_prompt:
-                summary = await self._summarise(events[:n], seed)
+                summary = await self._persona_summarise(events[:n], seed)
             memory.fold(n, summary, step)
             _, recent = memory.window(budget)
         return render_memory(recent)
 
-    async def _summarise(self, events: list[Event], seed: int) -> str:
+    async def _persona_summarise(self, events: list[Event], seed: int) -> str:
         words = max(self.persona.event_tokens * 3 // 4, 1)
         messages: list[ChatMessage] = [{"role": "system", "content": SUMMARISER}]
         persona = self.persona_text()
@@ -214,23 +223,22 @@ class Persona(Agent):
         call_seed = seed_for(base, int(self.id))
         model = self.model
         if not model.reads_prompt:
-            decision = await self._draw(model, answer, call_seed)
+            decision = await self._persona_draw(model, answer, call_seed)
         else:
             memory = await self.recall(step, call_seed)
-            decision = await self._ask(model, self.messages(question, answer, memory, context),
-                                       question, answer, call_seed, temperature, max_tokens)
+            messages = self.messages(question, answer, memory, context)
+            decision = await self._persona_ask(model, messages, question, answer, call_seed,
+                                               temperature, max_tokens)
         if not decision.valid:
-            count = getattr(self.models, "count_unreadable", None)
-            if count is not None:
-                count(self.model_name)
+            self.note_unreadable()
         elif remember:
             self.remember(step, "decision", f"{question.strip()} I answered: "
                           f"{answer.show(decision.value)}")
         return decision
 
-    async def _ask(self, model: ModelClient, messages: list[ChatMessage], question: str,
-                   answer: Answer, seed: int, temperature: float | None,
-                   max_tokens: int | None) -> Decision:
+    async def _persona_ask(self, model: ModelClient, messages: list[ChatMessage],
+                           question: str, answer: Answer, seed: int,
+                           temperature: float | None, max_tokens: int | None) -> Decision:
         fmt = answer.response_format()
         reply = await model.complete(messages, temperature=temperature, seed=seed,
                                      max_tokens=max_tokens, response_format=fmt)
@@ -255,7 +263,7 @@ class Persona(Agent):
             d.value = None
         return d
 
-    async def _draw(self, model: ModelClient, answer: Answer, seed: int) -> Decision:
+    async def _persona_draw(self, model: ModelClient, answer: Answer, seed: int) -> Decision:
         """A model that reads no prompt (the dummy): its number picks the answer."""
         reply = await model.complete((), seed=seed)
         d = Decision(None, False, reply.text, 1 + reply.retries)

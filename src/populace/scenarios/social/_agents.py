@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from populace.agents import INTERVIEWER, persona_columns
-from populace.core import Agent, ModelError, Profile, derive_seed, seed_for
+from populace.agents import Persona, persona_columns
+from populace.core import ModelError, Profile, derive_seed, seed_for
 from populace.llm import ChatMessage, ModelClient
 
 from ._feed import Posts, Recommender, build_feeds
@@ -113,17 +112,17 @@ class Shard:
         return feeds, self._row.get(agent_id, -1)
 
 
-class Person(Agent):
+class Person(Persona):
     """A persona on the network. Offline policies decide in its shard; a model policy
-    asks this agent's model (``models``), with its persona (profile) as system message."""
+    asks this agent's model (``models``), with its persona and what it remembers (the
+    messages and interventions it received) before its feed."""
 
-    __slots__ = ("model", "shard")
+    __slots__ = ("shard",)
 
     def __init__(self, id: int, profile: Profile | None = None, *, shard: Shard,
                  models: Mapping[str, ModelClient] | None = None) -> None:
-        super().__init__(id, profile)
+        super().__init__(id, profile, models=models or {})
         self.shard = shard
-        self.model = next(iter(models.values())) if models else None
 
     # -- calls made on one agent per worker, for the whole worker ---------------------------
     def install(self, part: Part) -> None:
@@ -132,7 +131,9 @@ class Person(Agent):
     def prepare(self, data: StepData) -> None:
         self.shard.prepare(data)
 
-    def decide(self, policy: str, params: ScriptedPolicy) -> tuple[np.ndarray, ...]:
+    def decide_offline(self, policy: str, params: ScriptedPolicy) -> tuple[np.ndarray, ...]:
+        """The offline policy's actions of the whole worker (``decide`` is a persona's
+        question to its model)."""
         return self.shard.decide(policy, params)
 
     # -- a model's policy --------------------------------------------------------------------
@@ -140,13 +141,15 @@ class Person(Agent):
                   max_tokens: int | None = None) -> tuple[int, int | None, str | None, int,
                                                           int, str]:
         """``(action, target, text, exposed, exposed_same, raw reply)``."""
-        assert self.model is not None and self.shard.data is not None
+        assert self.shard.data is not None
         feeds, row = self.shard.items_of(self.id)
         items = feeds.items(row) if row >= 0 else []
-        messages: list[ChatMessage] = [
-            {"role": "system", "content": self.persona_text()},
-            {"role": "user", "content": feed_message(items, dict(self.shard.data.texts), t)}]
         seed = seed_for(derive_seed(self.shard.data.seed, 0x50C4), self.id)
+        messages: list[ChatMessage] = [{"role": "system", "content": self.persona_text()}]
+        if self._memory:  # what it was told (a message, an intervention)
+            messages.append({"role": "system", "content": await self.recall(t, seed)})
+        messages.append({"role": "user",
+                         "content": feed_message(items, dict(self.shard.data.texts), t)})
         try:
             answer = await self.model.complete(messages, temperature=temperature, seed=seed,
                                                max_tokens=max_tokens, response_format=SCHEMA)
@@ -164,15 +167,3 @@ class Person(Agent):
         about = "; ".join(f"{k}: {self.profile[k]}" for k in persona_columns(self.profile))
         return f"You use a social network. About you: {about}." if about else \
             "You use a social network."
-
-    def interview_messages(self, question: str) -> list[ChatMessage]:
-        """An interview: the persona of its feed calls, then the question."""
-        return [{"role": "system", "content": INTERVIEWER},
-                {"role": "system", "content": self.persona_text()},
-                {"role": "user", "content": f"Question: {question.strip()}"}]
-
-    def get_state(self) -> Any:  # nothing: the run holds it all
-        return None
-
-    def set_state(self, state: Any) -> None:
-        pass

@@ -407,7 +407,7 @@ class Social(Scenario):
                          f"{'…' if len(reply) > 80 else ''})")
         else:
             params = ScriptedPolicy(**s.scripted.model_dump())
-            parts = await run.collect(self._firsts().map(Person.decide, s.policy, params))
+            parts = await run.collect(self._firsts().map(Person.decide_offline, s.policy, params))
             agent, action, target, exposed, same = (np.concatenate([p[i] for p in parts])
                                                     for i in range(5))
             raws = None

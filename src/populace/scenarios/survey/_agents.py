@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from populace.agents import INTERVIEWER
-from populace.core import Agent, ModelError, Profile, mix64, seed_for
+from populace.agents import Persona
+from populace.core import ModelError, Profile, mix64, seed_for
 from populace.llm import ChatMessage, ModelClient
 
 from ._prompts import (
@@ -126,16 +126,18 @@ class _Call:
         self.calls = self.ptok = self.ctok = 0
 
 
-class Respondent(Agent):
-    """A survey respondent, backed by one model client (shared per worker)."""
+class Respondent(Persona):
+    """A survey respondent: a persona (its profile, and a memory of the messages and
+    interventions it received) answering the questionnaire with its model (shared per
+    worker). Its answers so far are a conversation (``history``), kept apart from the
+    memory so that the questionnaire's prompts stay what they were."""
 
-    __slots__ = ("arm", "history", "known", "model", "plan", "reads", "system")
+    __slots__ = ("arm", "history", "known", "plan", "reads", "system")
 
     def __init__(self, id: int, profile: Profile | None = None, *,
                  models: Mapping[str, ModelClient], plan: Plan) -> None:
-        super().__init__(id, profile)
+        super().__init__(id, profile, models=models, model=plan.model)
         self.plan = plan
-        self.model = models[plan.model]
         self.reads = getattr(self.model, "reads_prompt", True)
         self.arm: str | None = profile.get("arm") if profile is not None else None
         self.known: dict[str, Any] = {}  # answers that an ask_if reads
@@ -162,19 +164,11 @@ class Respondent(Agent):
                 f"\n\n{about}" if about else "")
         return self.system
 
-    def interview_messages(self, question: str) -> list[ChatMessage]:
-        """An interview: the persona of the questionnaire's calls and the answers given so
-        far (the survey's context), then the question; nothing is written back."""
+    def interview_context(self) -> str | None:
+        """An interview hears the respondent's answers so far."""
         answers = "\n".join(f"- {asked.splitlines()[0]} You answered: {reply}"
                             for asked, reply in self.history)
-        ask = f"Question: {question.strip()}"
-        user = f"Your answers so far:\n{answers}\n\n{ask}" if answers else ask
-        messages: list[ChatMessage] = [{"role": "system", "content": INTERVIEWER}]
-        about = self.persona_text()
-        if about:
-            messages.append({"role": "system", "content": about})
-        messages.append({"role": "user", "content": user})
-        return messages
+        return f"Your answers so far:\n{answers}" if answers else None
 
     async def _ask(self, messages: list[ChatMessage], seed: int, fmt: dict[str, Any] | None,
                    call: _Call) -> str:
@@ -221,6 +215,8 @@ class Respondent(Agent):
                     value, raw = await self._draw(q, shown, seed, call)
             except ModelError as e:
                 value, raw, error = None, "", f"{type(e).__name__}: {e}"
+            if error is None and value is None and q.type != "open":
+                self.note_unreadable()  # also a row with valid false
             self._keep(out, index, q, shown, value, raw, call, error)
         return out.packed()
 
@@ -285,6 +281,8 @@ class Respondent(Agent):
         plan = self.plan
         asked = question_message(q, number, of, shown, note)
         messages: list[ChatMessage] = [{"role": "system", "content": self._system()}]
+        if self._memory:  # what it was told since (a message, an intervention)
+            messages.append({"role": "system", "content": await self.recall(0, seed)})
         for question, reply in self.history:
             messages.append({"role": "user", "content": question})
             messages.append({"role": "assistant", "content": reply})
@@ -311,23 +309,26 @@ class Respondent(Agent):
             self.history.append((asked, text))
         return value, raw
 
-    def get_state(  # type: ignore[override]  # any picklable state is checkpointed
-            self) -> tuple[tuple[Any, ...], tuple[tuple[str, str], ...]] | None:
-        """The remembered answers (in :attr:`Plan.remembered_order`) and the conversation;
-        a tuple, not a dict: a million of them are checkpointed after every wave."""
-        if not self.known and not self.history:
+    def get_state(self) -> Any:
+        """The remembered answers (in :attr:`Plan.remembered_order`), the conversation and,
+        when it received any message, the persona's memory; a tuple, not a dict: a million
+        of them are checkpointed after every wave. None when there is nothing."""
+        memory = super().get_state()
+        if not self.known and not self.history and memory is None:
             return None
-        return (tuple(self.known.get(q) for q in self.plan.remembered_order),
-                tuple(self.history))
+        state = (tuple(self.known.get(q) for q in self.plan.remembered_order),
+                 tuple(self.history))
+        return state if memory is None else (*state, memory)
 
-    def set_state(  # type: ignore[override]
-            self, state: tuple[tuple[Any, ...], tuple[tuple[str, str], ...]] | None) -> None:
+    def set_state(self, state: Any) -> None:
         if state is None:
             self.known, self.history = {}, []
+            super().set_state(None)
             return
-        known, history = state
+        known, history = state[0], state[1]  # checkpoints before persona memories had two
         self.known = dict(zip(self.plan.remembered_order, known, strict=True))
         self.history = [(q, a) for q, a in history]
+        super().set_state(state[2] if len(state) > 2 else None)
 
 
 #: Salts the offset of :func:`_pick` away from the dummy's number and the option order.
