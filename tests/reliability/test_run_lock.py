@@ -4,6 +4,7 @@ is seen as interrupted (the studio and ``populace report`` no longer call it run
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,15 +40,19 @@ def test_a_running_summary_nobody_holds_reads_as_interrupted(tmp_path: Path) -> 
 def test_kill_9_then_a_second_resume_while_one_runs(
         tmp_path: Path, populace: Callable[..., Any], run_file: Callable[..., Path]) -> None:
     out = tmp_path / "out"
-    run = populace("run", run_file(models=SLOW, rounds=3), "--out", out)
-    run.wait_for("round 1/3:")
+    run = populace("run", run_file(models=SLOW, rounds=5), "--out", out)
+    run.wait_for("round 1/5:")
     run.popen.send_signal(signal.SIGKILL)
     run.finish(timeout=30)
     assert read_summary(out)["status"] == "running"  # what the killed process left
     assert run_snapshot(out).status == "interrupted"
 
     first = populace("run", "--resume", out)
-    first.wait_for("round 2/3:")
+    deadline = time.monotonic() + 60
+    while not RunDirectory(out).in_use():  # the second starts as soon as the first holds
+        assert time.monotonic() < deadline and first.popen.poll() is None, first.stderr()
+        time.sleep(0.02)
+    # Four rounds of 1 s left: the second process starts (imports included) well before.
     second = populace("run", "--resume", out)
     rc, _, stderr = second.finish(timeout=60)
     assert rc == 2, stderr
