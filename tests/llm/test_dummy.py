@@ -27,11 +27,9 @@ async def test_jitter_spreads_the_waits_without_changing_the_answers() -> None:
     waits = [x.latency_s for x in b]
     assert min(waits) >= 0.1 - 1e-9 and max(waits) <= 0.3 + 1e-9
     assert max(waits) - min(waits) > 0.15  # really spread over the range
-    # The waits really happen (a timer never fires early), and in parallel: serialized they
-    # would take sum(waits), about 40 s; the bound is ten times looser than that, so a slow
-    # machine cannot fail it.
+    # The waits really happen (a timer never fires early); that they run in parallel is the
+    # in_flight count above (how fast they end is for a benchmark to measure, not a test).
     assert elapsed >= max(waits) - 1e-6
-    assert elapsed < sum(waits) / 10
     again = await asyncio.gather(*(spread.complete([], seed=s) for s in seeds))
     assert [x.latency_s for x in again] == waits  # fixed by the seed
 
@@ -100,6 +98,7 @@ async def test_a_call_is_a_coroutine_to_asyncio_without_a_frame() -> None:
     import collections.abc
     import sys
 
+    from populace.core import mix64
     from populace.llm import Request
 
     model = DummyModel(latency=0.2)
@@ -110,7 +109,9 @@ async def test_a_call_is_a_coroutine_to_asyncio_without_a_frame() -> None:
     in_task = await asyncio.create_task(model.complete([], seed=7))
     sent = await model.send(Request([], seed=7))
     gathered = await asyncio.gather(model.complete([], seed=7), model.complete([], seed=8))
-    assert direct.text == in_task.text == sent.text == gathered[0].text
+    seven = str(mix64(7) % 101)  # the documented answer: n = mix64(seed) in [0, 100]
+    assert direct.text == in_task.text == sent.text == gathered[0].text == seven
+    assert gathered[1].text == str(mix64(8) % 101) != seven
     waiting = asyncio.create_task(model.complete([], seed=9))
     await asyncio.sleep(0.01)
     assert model.statistics().in_flight == 1
@@ -123,6 +124,6 @@ async def test_a_call_is_a_coroutine_to_asyncio_without_a_frame() -> None:
             await model.complete([], seed=9)
     assert model.statistics().in_flight == 0
     instant = DummyModel(latency=0)
-    assert (await instant.complete([], seed=7)).text == direct.text
-    assert (await asyncio.create_task(instant.complete([], seed=7))).text == direct.text
+    assert (await instant.complete([], seed=7)).text == seven
+    assert (await asyncio.create_task(instant.complete([], seed=7))).text == seven
     assert model.statistics().requests == 7  # the instant model's calls are its own

@@ -192,7 +192,9 @@ async def test_latency_is_applied() -> None:
             aiohttp.ClientSession() as s:
         t0 = time.monotonic()
         await chat(s, base)
-        assert 0.05 <= time.monotonic() - t0 < 1.0
+        # At least the range's low end (a timer never fires early); no upper bound: how
+        # long a busy machine adds is for a benchmark, not a test.
+        assert time.monotonic() - t0 >= 0.05
 
 
 def test_options_are_validated() -> None:
