@@ -44,12 +44,16 @@ API: dict[str, set[str]] = {
         "Counted", "ReplayThenLive", "OpenAIChat", "Transport", "AiohttpTransport",
         "MockTransport", "Response", "TransportError", "PythonConfig", "load_factory",
         "LAYOUTS", "Layout", "conversation", "Served", "EngineParams",
-        "Coalescing", "limits", "read_agent_calls"},
+        "Coalescing", "limits", "read_agent_calls",
+        # for the scripted model's rules, which live with their scenarios (issue 30)
+        "scripted_rule", "text_of", "is_structured", "json_answer", "extracted_number"},
     "populace.population": {
         "AspectConfig", "BackgroundConfig", "BackgroundResult", "DEFAULT_META_PROMPT",
         "DEFAULT_SYSTEM_PROMPT", "GroupsConfig", "PopulationConfig", "TEMPLATES",
         "diversity_report", "generate_backgrounds", "largest_remainder",
-        "load_population_config", "sample_population"},
+        "load_population_config", "sample_population",
+        # the persona tables the scripted rules share (game, survey, background writer)
+        "EDUCATION_STEPS", "PROFESSION_STEPS", "persona_steps"},
     "populace.launch": {
         "AllAnswersFailed", "COMMON_OPTIONS", "ConsoleObserver", "ENTRY_POINTS", "Estimate",
         "MAX_RECOVERIES", "Measure", "ModelEstimate", "Observer", "PILOT_AGENTS", "estimate",

@@ -11,13 +11,6 @@ import aiohttp
 import pytest
 
 from populace.llm import ScriptedModel, ServerOptions, running_server, scripted_reply
-from populace.llm._social_rule import (
-    ASK_START,
-    POSTS,
-    read_feed,
-    repost_probability,
-    social_reply,
-)
 from populace.scenarios.social._policy import (
     ACTIONS,
     ASK,
@@ -25,6 +18,13 @@ from populace.scenarios.social._policy import (
     Item,
     feed_message,
     parse_action,
+)
+from populace.scenarios.social._scripted import (
+    ASK_START,
+    POSTS,
+    read_feed,
+    repost_probability,
+    social_reply,
 )
 
 Messages = list[dict[str, Any]]

@@ -28,8 +28,7 @@ from cli_helpers import run_in_process
 from populace.core import ModelError, derive_seed, seed_for
 from populace.launch import launch, load_run_file
 from populace.llm import Completion, ModelStats, ScriptedParams, ServerOptions, running_server
-from populace.llm._scripted import EDUCATION_STEPS
-from populace.llm._survey_rule import survey_reply
+from populace.population import EDUCATION_STEPS
 from populace.results import RunDirectory, read_summary, read_table
 from populace.scenarios.survey import (
     Plan,
@@ -39,6 +38,7 @@ from populace.scenarios.survey import (
     decode,
     treatment_effects,
 )
+from populace.scenarios.survey._scripted import survey_reply
 
 INSTRUCTIONS = "You are taking part in a survey about health."
 LEVELS = ("doctorate", "master's degree", "bachelor's degree", "high school", "primary school")

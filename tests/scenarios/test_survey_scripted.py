@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from populace.llm import ScriptedParams, ServerOptions, running_server, scripted_reply
-from populace.llm._survey_rule import REASONS, affinity, survey_reply
+from populace.scenarios.survey._scripted import REASONS, affinity, survey_reply
 
 Messages = list[dict[str, Any]]
 N = 4000

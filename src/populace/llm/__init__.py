@@ -5,7 +5,10 @@
 ``RecordingModel``/``ReplayModel`` record every call and answer a re-run from the recording
 (``read_agent_calls``: one agent's calls, through the recording's index);
 ``preflight`` checks that configured servers answer before a run starts. ``ScriptedModel``
-answers by a documented rule of the prompt, for offline runs with structure in the results.
+answers by documented rules of the prompt, for offline runs with structure in the results;
+the rules live with their scenarios and join through the entry point group
+``populace.scripted_rules`` (``scripted_rule`` orders them; ``text_of``, ``is_structured``,
+``json_answer`` and ``extracted_number`` are the helpers they read and write replies with).
 Clients implement one method, ``send(Request)``; :class:`Retrying`, :class:`Counted`,
 :class:`RecordingModel` and :class:`ReplayThenLive` wrap any client, and :class:`MockTransport`
 stands in for the network in tests.
@@ -40,7 +43,8 @@ from ._pool import EndpointPool, EndpointStats, Lease
 from ._preflight import Served, preflight
 from ._prompt import LAYOUTS, Layout, conversation
 from ._record import RecordingModel, ReplayModel, read_agent_calls, request_key
-from ._scripted import ScriptedModel, ScriptedParams, scripted_reply
+from ._replies import extracted_number, is_structured, json_answer, text_of
+from ._scripted import ScriptedModel, ScriptedParams, scripted_reply, scripted_rule
 from ._server import ServerOptions, create_app, run_batch, running_server, serve
 from ._transport import AiohttpTransport, MockTransport, Response, Transport, TransportError
 from ._wrappers import Coalescing, Counted, ReplayThenLive, Retrying, Wrapper
@@ -87,6 +91,9 @@ __all__ = [
     "build_model",
     "conversation",
     "create_app",
+    "extracted_number",
+    "is_structured",
+    "json_answer",
     "limits",
     "load_factory",
     "model_stats",
@@ -96,6 +103,8 @@ __all__ = [
     "run_batch",
     "running_server",
     "scripted_reply",
+    "scripted_rule",
     "serve",
+    "text_of",
     "traffic",
 ]

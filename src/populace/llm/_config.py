@@ -140,8 +140,8 @@ class OpenAIConfig(StrictModel):
 class ScriptedConfig(StrictModel):
     """``provider: scripted`` — no server; answers by a documented rule of the prompt.
 
-    Personas, prompt level, rules and earlier winners shape its numbers (see
-    ``populace.llm._scripted`` and docs/scripted-model.md), so offline runs show structure.
+    Personas, prompt level, rules and earlier winners shape its numbers (the rules live with
+    their scenarios; see docs/scripted-model.md), so offline runs show structure.
 
     ```yaml
     models:

@@ -1,7 +1,8 @@
 """Reading and writing the replies of the fake chat models (``serve-llm`` and ``scripted``).
 
-Both answer the extraction prompt of the guessing game ("Extract ... The answer is N") and
-JSON ``response_format`` requests the same way; these helpers are what they share.
+Both answer the extraction prompt of the two-call protocol ("Extract ... The answer is N")
+and JSON ``response_format`` requests the same way; these helpers are what they share, and
+what the scripted model's rules (which live with their scenarios) read messages with.
 """
 
 from __future__ import annotations
@@ -21,7 +22,11 @@ _NUMERAL = re.compile(_NUMBER)
 
 
 def text_of(content: Any) -> str:
-    """Message content as text; multi-part content keeps its text parts."""
+    """Message content as text; multi-part content keeps its text parts.
+
+    >>> text_of([{"type": "text", "text": "Hello"}, {"type": "image_url"}])
+    'Hello'
+    """
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -45,11 +50,16 @@ def find_number(text: str) -> str | None:
     return numbers[-1] if numbers else None
 
 
-def extraction(messages: Sequence[Mapping[str, Any]]) -> str | None:
-    """If the last user message asks to extract a number as "The answer is N", the number.
+def extracted_number(messages: Sequence[Mapping[str, Any]]) -> str | None:
+    """If the last user message asks to extract a number as "The answer is N", the number
+    (as written; "unknown" when the reply to read holds none); None for any other prompt.
 
     Both the word "extract" and the template must appear: a game prompt that merely asks
     players to end with "The answer is N" is answered like any other.
+
+    >>> extracted_number([{"role": "user", "content": "Extract the number as 'The answer "
+    ...                    "is N': I say 1,000. The answer is 1,000."}])
+    '1,000'
     """
     last = next((m for m in reversed(messages) if m.get("role") == "user"), None)
     if last is None:
@@ -69,7 +79,11 @@ def extraction(messages: Sequence[Mapping[str, Any]]) -> str | None:
 def json_answer(response_format: dict[str, Any], reasoning: str,
                 number: int | float | str | None) -> str:
     """A JSON object for ``response_format``; fills a json_schema's properties by type
-    (numbers with ``number``, which may be None: no number settled on)."""
+    (numbers with ``number``, which may be None: no number settled on).
+
+    >>> json_answer({"type": "json_object"}, "Half of 60.", "30")
+    '{"reasoning": "Half of 60.", "number": 30}'
+    """
     value: int | float | str | None = number
     if isinstance(number, str):
         digits = number.replace(",", "")
@@ -102,6 +116,10 @@ def json_answer(response_format: dict[str, Any], reasoning: str,
 
 
 def is_structured(response_format: Any) -> bool:
-    """Whether a request asks for a JSON answer."""
+    """Whether a request asks for a JSON answer.
+
+    >>> is_structured({"type": "json_object"}), is_structured(None)
+    (True, False)
+    """
     return isinstance(response_format, dict) and response_format.get("type") in (
         "json_schema", "json_object")

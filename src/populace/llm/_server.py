@@ -2,7 +2,7 @@
 
 It answers like a chat model would in the guess-the-number game, without any model: a
 seeded random number, a short reasoning sentence ending in "The answer is N", an echo, or
-(policy ``scripted``) the prompt-dependent rule of :mod:`populace.llm._scripted`;
+(policy ``scripted``) the prompt-dependent rules of :func:`~populace.llm.scripted_reply`;
 asked to extract the number from a reply ("Extract ... The answer is N"), it answers "The
 answer is <the number in the reply>".
 
@@ -63,7 +63,7 @@ from ._batchfile import (
     write_output,
 )
 from ._engine import Engine, EngineParams, chat_tokens, text_tokens
-from ._replies import extraction, find_number, json_answer, text_of, words
+from ._replies import extracted_number, find_number, json_answer, text_of, words
 from ._scripted import ScriptedParams, scripted_reply
 
 log = logging.getLogger("populace.llm.server")
@@ -216,7 +216,7 @@ def _answer(options: ServerOptions, messages: list[dict[str, Any]], seed: int,
     if options.policy == "echo":
         last = next((m for m in reversed(messages) if m.get("role") == "user"), None)
         return text_of(last.get("content")) if last is not None else ""
-    extracted = extraction(messages)
+    extracted = extracted_number(messages)
     reason = _REASONS[mix64(derive_seed(seed, _SENTENCE)) % len(_REASONS)]
     if extracted is not None:
         number: int | str = extracted

@@ -19,11 +19,14 @@ from ._config import (
 from ._diversity import diversity_report
 from ._prompts import DEFAULT_META_PROMPT, DEFAULT_SYSTEM_PROMPT
 from ._sampling import largest_remainder, sample_population
+from ._scripted import EDUCATION_STEPS, PROFESSION_STEPS, persona_steps
 from ._templates import TEMPLATES
 
 __all__ = [
     "DEFAULT_META_PROMPT",
     "DEFAULT_SYSTEM_PROMPT",
+    "EDUCATION_STEPS",
+    "PROFESSION_STEPS",
     "TEMPLATES",
     "AspectConfig",
     "BackgroundConfig",
@@ -34,5 +37,6 @@ __all__ = [
     "generate_backgrounds",
     "largest_remainder",
     "load_population_config",
+    "persona_steps",
     "sample_population",
 ]

@@ -1,9 +1,11 @@
 """The scripted model's social rule: what an agent does with its feed, by a fixed rule.
 
 :func:`~populace.llm.scripted_reply` (and ``populace serve-llm --policy scripted``) hands
-the feed prompt of a social-network run to :func:`social_reply`, so a ``social`` run with a
-model policy works offline and still shows cascades: an item shared by more of the people
-an agent follows is reposted more often. The rule, in full (also in
+the feed prompt of a social-network run to :func:`social_reply` (entry point ``social`` of
+group ``populace.scripted_rules``, priority 200: after the persona agents' rule, before the
+survey's and the game's), so a ``social`` run with a model policy works offline and still
+shows cascades: an item shared by more of the people an agent follows is reposted more
+often. The rule, in full (also in
 ``docs/scripted-model.md``, section "Social feeds"):
 
 **What it reads.** The *last user message*, when its first line is "Day N. Your feed:" or
@@ -39,8 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from populace.core import derive_seed, mix64, unit_float
-
-from ._replies import text_of
+from populace.llm import scripted_rule, text_of
 
 #: The first sentence of the social scenario's request; a feed prompt must contain it.
 ASK_START = ("Choose one thing to do now: write a post of your own, repost an item, like an "
@@ -113,7 +114,8 @@ def social_action(items: Sequence[FeedItem], seed: int) -> tuple[str, int, str]:
     return "nothing", 0, ""
 
 
-def social_reply(messages: Sequence[Mapping[str, Any]], *, seed: int) -> str | None:
+@scripted_rule(priority=200)
+def social_reply(messages: Sequence[Mapping[str, Any]], *, seed: int, **_: Any) -> str | None:
     """The scripted reply to a social feed prompt (the rule of the module docstring); None
     when the last user message is not one.
 

@@ -1,7 +1,7 @@
 """The messages a respondent's model sees, and reading its replies.
 
 The format is fixed and documented (``docs/survey.md``); the scripted model's survey rule
-(:mod:`populace.llm._survey_rule`) reads exactly this.
+(:mod:`populace.scenarios.survey._scripted`) reads exactly this.
 """
 
 from __future__ import annotations

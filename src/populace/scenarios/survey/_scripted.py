@@ -1,11 +1,13 @@
 """The scripted model's survey rule: questionnaire answers by a fixed, documented rule.
 
 :func:`~populace.llm.scripted_reply` (and ``populace serve-llm --policy scripted``) hands
-survey questions, re-asks and coding requests to :func:`survey_reply`, so a survey runs
-offline and still shows effects a report can measure: education and age move Likert
-answers, a cue word in a treatment message moves them by a known amount, nominal answers
-depend on education, and the first option shown gets a primacy bonus. The rule, in full
-(also in ``docs/scripted-model.md``, section "Surveys"):
+survey questions, re-asks and coding requests to :func:`survey_reply` (entry point
+``survey`` of group ``populace.scripted_rules``, priority 300: after the persona and social
+rules, before the guessing game's), so a survey runs offline and still shows effects a
+report can measure: education and age move Likert answers, a cue word in a treatment
+message moves them by a known amount, nominal answers depend on education, and the first
+option shown gets a primacy bonus. The rule, in full (also in ``docs/scripted-model.md``,
+section "Surveys"):
 
 **What it reads.** The *question*: the last user message when it has a line
 ``Question N of M: <text>``; after a re-ask (the last user message starts "Please reply
@@ -22,9 +24,10 @@ system messages: the education value (``education: V`` or ``Your education is V.
 the age (``age: N`` or ``Your age is N``), the last of each stated.
 
 **Persona score** ``p`` = education steps + age term. Education steps: the first entry of
-the game's education table (doctorate/PhD 2.0, master 1.5, bachelor 1.0, high school 0.5,
-primary school 0.0, no schooling/no formal −0.5) found in the education value, or in the
-whole persona text when no value is stated; 0 when none is. Age term: ``(age − 45) / 30``,
+the education table that the game's rule reads too (:data:`populace.population.EDUCATION_STEPS`:
+doctorate/PhD 2.0, master 1.5, bachelor 1.0, high school 0.5, primary school 0.0, no
+schooling/no formal −0.5) found in the education value, or in the whole persona text when
+no value is stated; 0 when none is. Age term: ``(age − 45) / 30``,
 0 when no age is stated.
 
 **Treatment cue** ``c``: the number of whole words of the treatment in :data:`POSITIVE`
@@ -73,9 +76,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from populace.core import derive_seed, unit_float
-
-from ._replies import is_structured, text_of
-from ._scripted import EDUCATION_STEPS, ScriptedParams
+from populace.llm import ScriptedParams, is_structured, scripted_rule, text_of
+from populace.population import EDUCATION_STEPS
 
 Kind = Literal["likert", "single_choice", "multi_choice", "numeric", "open", "coding"]
 
@@ -289,8 +291,9 @@ def _text(kind: Kind, answer: int | list[int] | float | str) -> str:
     return f"I would pick option {answer}."
 
 
+@scripted_rule(priority=300)
 def survey_reply(messages: Sequence[Mapping[str, Any]], *, seed: int, response_format: Any,
-                 params: ScriptedParams) -> str | None:
+                 params: ScriptedParams, **_: Any) -> str | None:
     """The scripted reply to a survey question, re-ask or coding request (the rule of the
     module docstring); None when the last user message is none of these.
 
