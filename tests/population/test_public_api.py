@@ -18,4 +18,6 @@ def test_all_is_exactly_the_public_names() -> None:
         "BackgroundConfig", "BackgroundResult", "GroupsConfig", "PopulationConfig",
         "diversity_report", "generate_backgrounds", "largest_remainder",
         "load_population_config", "sample_population",
+        # the persona step tables the scripted model's rules share (issue 30)
+        "EDUCATION_STEPS", "PROFESSION_STEPS", "persona_steps",
     }
