@@ -16,8 +16,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/populace run examples/guess_number.yaml
 
+# Two pytest workers, whatever the machine; a test file (and the shared Ray cluster's tests)
+# runs on one of them, the slowest files first (tests/conftest.py). `pytest` alone: one process.
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder
 
 # Browser tests drive Debian's chromium with Playwright (never a downloaded browser).
 # Installing it needs root (as in CI); without it those tests skip and say why.

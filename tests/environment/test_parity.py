@@ -30,7 +30,8 @@ N = 40
 WAIT = 60  # seconds: a hang on the cluster fails instead of stalling
 
 
-@pytest.fixture(params=["local", "ray"])
+@pytest.fixture(params=[  # the Ray runs share the session's cluster: one xdist worker
+    "local", pytest.param("ray", marks=pytest.mark.xdist_group("ray_cluster"))])
 def backend(request: pytest.FixtureRequest) -> str:
     if request.param == "ray":
         request.getfixturevalue("ray_cluster")  # skips when Ray is not installed
