@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from game_helpers import Scripted, make_config, result_message, run_into
+from populace.agents import Memory
 from populace.core import ModelError
 from populace.results import RunDirectory, latest_checkpoint, read_summary, read_table
 from populace.scenarios.guess_number import (
@@ -345,10 +346,15 @@ async def test_custom_prompt_template(
 
 def memories(path: Path) -> list[list[tuple[Any, ...]]]:
     """Every participant's memory at the end of the run, in agent order, from the last
-    checkpoint (what a resumed run starts from): ``(sender, content, role, metadata)``."""
+    checkpoint (what a resumed run starts from): its events ``(step, kind, text)``."""
     point = latest_checkpoint(path)
     assert point is not None
-    return [[tuple(m) for m in state["memory"]] for state in point[1]["agents"]["participants"]]
+    out = []
+    for state in point[1]["agents"]["participants"]:
+        memory = Memory()
+        memory.set_state(state)
+        out.append([tuple(e) for e in memory.events()])
+    return out
 
 
 def raw_by_agent(table: pa.Table) -> dict[int, list[str]]:
@@ -371,12 +377,12 @@ async def test_feedback_reaches_every_memory(tmp_path: Path, scripted: Scripted)
     for agent, memory in enumerate(remembered):
         # Each round: the agent's own answer, then the moderator's announcement, which the
         # agent read from the game's environment.
-        assert [content for _, content, _, _ in memory] == [
+        assert [text for _, _, text in memory] == [
             x for r in range(3) for x in (str(agent + r + 1), result_message(rounds[r]))]
-        assert [(sender, role) for sender, _, role, _ in memory[::2]] == [
-            (agent, "assistant")] * 3
-        assert [(sender, role, meta) for sender, _, role, meta in memory[1::2]] == [
-            ("moderator", "system", {"round": r}) for r in (1, 2, 3)]
+        assert [(step, kind) for step, kind, _ in memory[::2]] == [
+            (r, "decision") for r in (1, 2, 3)]
+        assert [(step, kind) for step, kind, _ in memory[1::2]] == [
+            (r, "observation") for r in (1, 2, 3)]
 
 
 async def test_a_model_that_reads_no_prompt_remembers_nothing(tmp_path: Path) -> None:
@@ -393,8 +399,8 @@ async def test_no_feedback_no_results_in_memory(tmp_path: Path, scripted: Script
     remembered = memories(path)
     assert len(remembered) == 20
     for agent, memory in enumerate(remembered):  # only the agent's own answers
-        assert [(sender, content) for sender, content, _, _ in memory] == [
-            (agent, str(agent + r)) for r in (1, 2, 3)]
+        assert [(kind, text) for _, kind, text in memory] == [
+            ("decision", str(agent + r)) for r in (1, 2, 3)]
     prompts = model.prompts
     assert prompts[0, 1] == prompts[0, 2] == prompts[0, 3]
     assert model.conversations[4, 3] == [

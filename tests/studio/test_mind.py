@@ -108,9 +108,11 @@ def test_a_players_mind(client: TestClient, runs_dir: Path) -> None:
     state = mind["state"]
     assert (state["source"], state["step"], state["group"]) == ("checkpoint", 2, "participants")
     # the game's memory: its own answers and the moderator's results, round after round
-    assert [(m["role"], m["sender"]) for m in state["memory"]] == [
-        ("assistant", 7), ("system", "moderator")] * 2
-    assert "The answer is" in state["memory"][0]["content"]
+    memory = mind["persona"]["memory"]
+    assert [(m["kind"], m["step"]) for m in memory] == [
+        ("decision", 1), ("observation", 1), ("decision", 2), ("observation", 2)]
+    assert "The answer is" in memory[0]["text"]
+    assert mind["persona"]["text"] is None  # the game renders it: the last prompt shows it
     logged = logged_calls(runs_dir / "game", 7)
     assert len(logged) == 4  # two rounds of two calls (the answer, then its extraction)
     calls = mind["calls"]
@@ -125,12 +127,12 @@ def test_a_players_mind(client: TestClient, runs_dir: Path) -> None:
     assert mind["conversation"] == logged[-1]["request"]["messages"]
     # the persona and the first round's answer are in what the model saw in round 2
     seen = " ".join(m["content"] for m in calls[2]["messages"])
-    assert mind["profile"]["profession"] in seen and state["memory"][0]["content"] in seen
+    assert mind["profile"]["profession"] in seen and memory[0]["text"] in seen
 
 
 def test_the_state_at_an_earlier_checkpoint(client: TestClient) -> None:
     mind = client.get("/api/runs/game/agents/7/mind", params={"step": 1}).json()
-    assert mind["state"]["step"] == 1 and len(mind["state"]["memory"]) == 2
+    assert mind["state"]["step"] == 1 and len(mind["persona"]["memory"]) == 2
     assert len(mind["calls"]) == 4  # the calls are the run's, whatever the step
     gone = client.get("/api/runs/game/agents/7/mind", params={"step": 9}).json()
     assert gone["state"] is None and "step 9" in gone["state_error"]

@@ -46,6 +46,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from populace.core import derive_seed, unit_float
+from populace.llm import scripted_rule
 
 from ._agent import INTERVIEWER
 from ._answers import UNREADABLE, Choice, Number
@@ -226,6 +227,7 @@ def _extract(prompt: str) -> str:
         else str(value)
 
 
+@scripted_rule(priority=100)  # first: its prompts are recognised by their own lines
 def persona_reply(messages: Sequence[Mapping[str, Any]], *, seed: int,
                   temperature: float | None = None, response_format: Any = None,
                   params: Any = None, max_tokens: int | None = None) -> str | None:

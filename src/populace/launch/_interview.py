@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from populace.agents import persona_columns
 from populace.core import Agent, ConfigError, ModelError, derive_seed
 from populace.llm import ChatMessage, conversation
 
@@ -34,7 +35,6 @@ MAX_QUESTION = 2000   # characters
 MAX_ASKED = 10_000    # agents one interview asks
 MAX_TOKENS = 256      # of an answer
 INTERVIEWS = "interviews.parquet"
-_HIDDEN = ("agent_id", "background", "model")
 
 SCHEMA = pa.schema([
     ("interview", pa.int32()), ("step", pa.int32()), ("agent_id", pa.int64()),
@@ -57,10 +57,11 @@ def check_question(question: str) -> str:
 
 
 def persona_of(profile: Mapping[str, Any]) -> str | None:
-    """An agent's persona: its written background, else its profile's attributes."""
+    """An agent's persona: its written background, else its profile's attributes (but the
+    internal ones, :data:`populace.agents.INTERNAL`)."""
     if profile.get("background"):
         return str(profile["background"])
-    attributes = [k for k in profile if k not in _HIDDEN]
+    attributes = persona_columns(profile)  # never the run's internal columns
     if not attributes:
         return None
     return "About you: " + "; ".join(f"{a}: {profile[a]}" for a in attributes) + "."

@@ -312,10 +312,11 @@ class AgentBrowser:
         run's ``settings.persona`` (the default when the run file has none), the same
         rendering its model was given."""
         options = _persona_options(run)
-        if isinstance(options, str):
-            text, error = None, options
-        else:
-            text, error = (options or PersonaOptions()).render(row or {}), None
+        if isinstance(options, PersonaOptions):
+            text, error = options.render(row or {}), None
+        else:  # a scenario that renders its personas its own way (the game, the survey)
+            text, error = None, ("the persona text is rendered by the scenario: see the last "
+                                 "prompt, or read this agent while the run is live")
         out = _persona(text, [e._asdict() for e in memory.events()], "rendered")
         if error:
             out["error"] = error
@@ -448,7 +449,7 @@ def _persona_options(run: Path) -> PersonaOptions | str | None:
     reason when it cannot be read)."""
     settings = RunDirectory(run).read_config().get("settings")
     given = settings.get("persona") if isinstance(settings, Mapping) else None
-    if given is None:
+    if not isinstance(given, Mapping):  # none, or a scenario's own form (a survey template)
         return None
     try:
         return PersonaOptions.model_validate(given)

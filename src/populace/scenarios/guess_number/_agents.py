@@ -8,7 +8,8 @@ from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from populace.core import Agent, Msg, Profile, seed_for
+from populace.agents import Persona, PersonaOptions
+from populace.core import Msg, Profile, seed_for
 from populace.environment import EnvVerbs, Op
 from populace.launch import INTERVIEWER
 from populace.llm import ChatMessage, Layout, ModelClient, conversation
@@ -59,21 +60,27 @@ class Rules:
     extract: str = "always"  # two_call: always, or when_stated (only if not stated plainly)
 
 
-class Participant(Agent):
+#: The game's memory is bounded by rounds (``memory_rounds``), not by tokens: nothing is
+#: cut or summarised, so a conversation is the rounds as they were said.
+GAME_MEMORY = PersonaOptions(memory_tokens=1_000_000, event_tokens=100_000, summarise=False)
+#: Events an agent keeps at least (interviews read them all; the prompt its last rounds).
+KEPT = 32
+
+
+class Participant(Persona):
     """A player of the guessing game, backed by one model client (shared per worker).
 
     The model is the profile's ``model`` column when there is one (mixed models), else the
-    only one in ``models``.
+    only one in ``models``. Its memory holds its answers (``decision``), the results it
+    read (``observation``) and what it was told (``intervention``, ``message``), one event
+    per turn of the conversation its next rounds show.
     """
 
-    __slots__ = ("env", "model", "place", "protocol", "rules")
+    __slots__ = ("env", "game", "place", "protocol")
 
     def __init__(self, id: int, profile: Profile | None = None, *,
                  models: Mapping[str, ModelClient], rules: Rules,
                  env: EnvVerbs | None = None) -> None:
-        super().__init__(id, profile)
-        self.rules = rules
-        self.env = env
         if profile is None:
             name = next(iter(models))
             self.place = None
@@ -83,19 +90,33 @@ class Participant(Agent):
             # my group's report and, falling through, the global announcement), else the
             # global one.
             self.place = group_path(profile["group"]) if "group" in profile else None
-        self.model = models[name]
+        super().__init__(id, profile, models=models, model=name, persona=GAME_MEMORY)
+        self.game = rules  # not .rules: a persona's rules are the text it is told
+        self.env = env
         self.protocol = rules.protocols.get(name, "direct") if rules.protocols else "direct"
 
-    @property
-    def memory_size(self) -> int:  # type: ignore[override]
-        """Room for ``memory_rounds`` rounds (an answer and a result each), at least the
-        default: the bounded memory must not cut what the conversation should include."""
-        return max(Agent.memory_size, 2 * self.rules.memory_rounds)
+    def persona_text(self) -> str:
+        """The persona as the game states it (its background, else its attributes)."""
+        return persona(self.profile, self.game.attributes) or ""
+
+    def _remember(self, step: int, kind: str, text: str) -> None:
+        """Remember a turn as it was said (not cut: the conversation shows it again)."""
+        memory = self.memory
+        memory.add(step, kind, text)
+        kept = max(KEPT, 2 * self.game.memory_rounds)
+        if len(memory) > kept:
+            memory.fold(len(memory) - kept, None, step)
+
+    def observe(self, msg: Msg) -> None:
+        """A message or an intervention: a turn of the next rounds' conversations."""
+        meta = msg.metadata or {}
+        kind = "intervention" if msg.sender == "intervention" else "message"
+        self._remember(int(meta.get("step", meta.get("round", 0))), kind, str(msg.content))
 
     def conversation(self, prompt: str) -> list[ChatMessage]:
         """The round prompt, the persona and earlier rounds from memory (own answers, the
         moderator's results), in the run's layout (see ``populace.llm.conversation``)."""
-        rules = self.rules
+        rules = self.game
         keep = 2 * rules.memory_rounds
         about = None
         if rules.attributes:
@@ -115,31 +136,46 @@ class Participant(Agent):
         return conversation(prompt, TURN, persona=about, history=history)
 
     def _history(self, keep: int) -> list[ChatMessage]:
-        """The last ``keep`` memories as turns: my answers, the moderator's results."""
-        history: list[ChatMessage] = []
-        if keep and self._memory is not None:
-            for m in list(self._memory)[-keep:]:
-                role = "assistant" if m.sender == self.id else "user"
-                history.append({"role": role, "content": str(m.content)})
-        return history
+        """The last ``keep`` events as turns: my answers, the results and what I was told."""
+        if not keep or not self._memory:
+            return []
+        return [{"role": "assistant" if e.kind == "decision" else "user", "content": e.text}
+                for e in self.memory.events()[-keep:]]
 
     def interview_messages(self, question: str) -> list[ChatMessage]:
         """What an interviewer's ``question`` shows my model: the interviewer's
         instruction, my persona as the game states it, the rounds I remember."""
-        about = persona(self.profile, self.rules.attributes) if self.rules.attributes \
+        about = persona(self.profile, self.game.attributes) if self.game.attributes \
             else None
         return conversation(INTERVIEWER, question, persona=about,
                             history=self._history(len(self._memory or ())))
 
+    def set_state(self, state: Any) -> None:
+        """A checkpoint's memory; one written before the game's agents were personas (a
+        mapping of ``(sender, content, role, metadata)`` messages) is read too."""
+        if isinstance(state, Mapping):
+            self._memory = None
+            for sender, content, _role, meta in state.get("memory") or ():
+                kind = ("decision" if sender == self.id else "observation"
+                        if sender == "moderator" else "intervention"
+                        if sender == "intervention" else "message")
+                meta = meta or {}
+                self._remember(int(meta.get("round", meta.get("step", 0))), kind,
+                               str(content))
+            return
+        super().set_state(state)
+
     async def reply(self, msg: Msg) -> Msg:
-        rules = self.rules
+        rules = self.game
         meta = msg.metadata or {}
         seed = seed_for(meta.get("seed", rules.seed), self.id)
         structured = self.protocol == "structured"
         started = time.perf_counter()
         # A model that ignores prompts (the dummy) is not handed one to ignore, and nothing
         # is remembered for conversations that will never be built.
-        reads = getattr(self.model, "reads_prompt", True)
+        model = self.seat.model  # a slot read, not the property: a million calls a round
+        assert model is not None
+        reads = model.reads_prompt
         messages = self.conversation(msg.content) if reads else ()
         max_tokens, response_format = rules.max_tokens, None
         if structured:
@@ -147,7 +183,7 @@ class Participant(Agent):
         elif self.protocol == "constrained":
             max_tokens = min(max_tokens or CONSTRAINED_MAX_TOKENS, CONSTRAINED_MAX_TOKENS)
             response_format = number_constraint(rules.low, rules.high)
-        answer = await self.model.complete(
+        answer = await model.complete(
             messages, temperature=rules.temperature, seed=seed, max_tokens=max_tokens,
             response_format=response_format,
         )
@@ -160,7 +196,7 @@ class Participant(Agent):
             number = parse_number(stated, rules.low, rules.high)
         elif self.protocol == "two_call":
             # The paper's second call: have the model state the number it chose.
-            extraction = await self.model.complete(
+            extraction = await model.complete(
                 [{"role": "user", "content": EXTRACT.format(answer=answer.text)}],
                 temperature=0.0, seed=seed, max_tokens=24,
             )
@@ -176,7 +212,7 @@ class Participant(Agent):
         else:
             number = parse_number(answer.text, rules.low, rules.high)
         if rules.memory_rounds and reads:
-            self.memory.add(Msg(self.id, answer.text, role="assistant"))
+            self._remember(int(meta.get("round", 0)), "decision", answer.text)
         guess = Guess(number, answer.text, extract_raw, time.perf_counter() - started,
                       ptok, ctok, calls, retries)
         return Msg(self.id, guess, "assistant")
@@ -185,7 +221,7 @@ class Participant(Agent):
     def listens(self) -> bool:
         """Whether I remember how rounds ended: I have a memory, an environment to read
         and a model that reads prompts (the game tells only those who listen)."""
-        return self.env is not None and bool(self.rules.memory_rounds) \
+        return self.env is not None and bool(self.game.memory_rounds) \
             and getattr(self.model, "reads_prompt", True)
 
     def hear(self, round_no: int) -> Coroutine[Any, Any, None] | None:
@@ -207,7 +243,7 @@ class Participant(Agent):
                                                  Op.query("report", env=self.place)])
             if report is not None:
                 text += f" Your group's number was {report:.2f}."
-        self.memory.add(Msg("moderator", text, role="system", metadata={"round": round_no}))
+        self._remember(round_no, "observation", text)
 
 
 def _structured_number(text: str, low: float, high: float) -> float | None:
