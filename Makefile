@@ -19,7 +19,7 @@ demo: $(STAMP)
 # Two pytest workers, whatever the machine; a test file (and the shared Ray cluster's tests)
 # runs on one of them, the slowest files first (tests/conftest.py). `pytest` alone: one process.
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 # Browser tests drive Debian's chromium with Playwright (never a downloaded browser).
 # Installing it needs root (as in CI); without it those tests skip and say why.

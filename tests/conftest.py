@@ -9,34 +9,55 @@ from typing import Any
 import pytest
 
 #: Test files that take longest (about 20-100 s each on 2 cores, from ``--durations``), in
-#: that order: ``make test`` hands them to its two workers first, so that neither is left
+#: that order: they are run first, so that neither of ``make test``'s two workers is left
 #: with a long file at the end while the other idles.
 SLOW_FIRST = (
-    "reliability/test_platform_scenarios.py", "reliability/test_scenario_faults.py",
-    "scenarios/test_survey.py", "reliability/test_node_loss.py", "llm/test_batch.py",
-    "scenarios/test_social.py", "reliability/test_partial_round.py", "launch/test_cli.py",
+    "reliability/test_platform_scenarios.py", "scenarios/test_paper_configs.py",
+    "scenarios/test_social.py", "reliability/test_scenario_faults.py", "llm/test_batch.py",
+    "scenarios/test_survey.py", "reliability/test_node_loss.py", "test_scenarios_doc.py",
+    "reliability/test_partial_round.py", "launch/test_cli.py", "test_tutorial.py",
     "reliability/test_worker_loss.py", "reliability/test_kill_and_resume.py",
-    "reliability/test_env_loss.py", "test_tutorial.py", "reliability/test_llm_faults.py",
-    "scenarios/test_paper_configs.py", "test_scenarios_doc.py", "test_manage_doc.py",
+    "reliability/test_env_loss.py", "reliability/test_llm_faults.py", "test_manage_doc.py",
 )
+#: The files whose tests use :func:`ray_cluster`: ``make test`` runs them on one worker, so
+#: the cluster starts once (a file missing here still works, on a cluster of its worker's).
+RAY_CLUSTER_FILES = frozenset({
+    "core/test_columnar_table.py", "core/test_current_agent.py", "core/test_ray_backend.py",
+    "core/test_worker_stats.py", "environment/test_parity.py", "environment/test_remote.py",
+})
 TESTS = Path(__file__).resolve().parent
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Each test file is one xdist group (``make test``: ``-n 2 --dist loadgroup``), so a
-    module's fixtures are built once, on one worker; the tests on the shared Ray cluster are
-    one group of their own, so the cluster starts once. The slowest files go first."""
-    def file(item: pytest.Item) -> str:
-        path = item.path.resolve()
-        return path.relative_to(TESTS).as_posix() if path.is_relative_to(TESTS) else str(path)
+def _in_tests(path: Path) -> str:
+    path = path.resolve()
+    return path.relative_to(TESTS).as_posix() if path.is_relative_to(TESTS) else str(path)
 
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            ray = "ray_cluster" in getattr(item, "fixturenames", ())
-            item.add_marker(pytest.mark.xdist_group("ray_cluster" if ray else file(item)))
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slowest files first; otherwise as collected."""
     ranks = {path: i for i, path in enumerate(SLOW_FIRST)}
-    items.sort(key=lambda item: ranks.get(file(item), len(ranks)))  # stable: else as found
+    items.sort(key=lambda item: ranks.get(_in_tests(item.path), len(ranks)))  # stable
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent without it
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` (``make test``), with the Ray cluster's files as one unit.
+
+    A test file runs on one worker, so its module fixtures are built once. (xdist's own
+    ``loadgroup`` does not group under pytest 9: it renames ``item._nodeid``, which pytest 9
+    no longer reads.)
+    """
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            in_tests = _in_tests(config.rootpath / file)
+            return "ray_cluster" if in_tests in RAY_CLUSTER_FILES else file
+
+    return Scheduling(config, log)
 
 
 @pytest.fixture(scope="session")

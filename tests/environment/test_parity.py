@@ -30,8 +30,7 @@ N = 40
 WAIT = 60  # seconds: a hang on the cluster fails instead of stalling
 
 
-@pytest.fixture(params=[  # the Ray runs share the session's cluster: one xdist worker
-    "local", pytest.param("ray", marks=pytest.mark.xdist_group("ray_cluster"))])
+@pytest.fixture(params=["local", "ray"])
 def backend(request: pytest.FixtureRequest) -> str:
     if request.param == "ray":
         request.getfixturevalue("ray_cluster")  # skips when Ray is not installed
