@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,14 @@ TESTS = Path(__file__).resolve().parent
 def _in_tests(path: Path) -> str:
     path = path.resolve()
     return path.relative_to(TESTS).as_posix() if path.is_relative_to(TESTS) else str(path)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The CLI's rich consoles take their width from COLUMNS when populace.cli is imported, and
+    # keep it: a width from the environment (the xdist workers of `make test` had COLUMNS=80)
+    # would override the one a test sets. Tests set the width they need; subprocess helpers
+    # drop COLUMNS already.
+    os.environ.pop("COLUMNS", None)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
