@@ -57,7 +57,7 @@ API: dict[str, set[str]] = {
     "populace.launch": {
         "AllAnswersFailed", "COMMON_OPTIONS", "ConsoleObserver", "ENTRY_POINTS", "Estimate",
         "MAX_RECOVERIES", "Measure", "ModelEstimate", "Observer", "PILOT_AGENTS", "estimate",
-        "Rows", "Run", "RunFile", "RunOptions", "STATUSES", "Scenario",
+        "Rows", "Run", "RunFile", "RunOptions", "STATUSES", "STOP_GRACE_S", "Scenario",
         "ScenarioFailed", "ScenarioSettings", "StepAbandoned", "Terminated", "as_numbers",
         "launch", "load_run_file", "parse_run_file", "ray_host_port", "resolve_scenario",
         "run_until_signalled", "scenario_of", "where",

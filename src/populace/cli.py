@@ -76,10 +76,14 @@ def _launch(run_file: RunFile, run_dir: RunDirectory, *, resume: bool, replay: P
     observer = ConsoleObserver(out, err)
     monitor, control, server = _start_studio(run_dir, studio_port) \
         if studio_port is not None else (None, None, None)
+    def forced(why: str) -> str:  # the watchdog's line: the step would not stop
+        return (f"stopped: {why}; finished steps are in {run_dir.path}; continue with: "
+                f"populace run --resume {run_dir.path}")
+
     try:
         summary = run_until_signalled(launch(run_file, run_dir, monitor=monitor,
                                              observers=[observer], resume=resume,
-                                             replay=replay, control=control))
+                                             replay=replay, control=control), say=forced)
     except WorkerLost as e:
         raise _Fail(f"{e}; gave up after {MAX_RECOVERIES} recoveries; continue with: "
                     f"populace run --resume {run_dir.path}", 1) from None

@@ -222,9 +222,10 @@ class Call:
         except StopIteration as stop:
             self.sink._complete(self.slot, stop.value)
             return
-        except (KeyboardInterrupt, SystemExit):
+        except KeyboardInterrupt:
             raise
-        except BaseException as error:  # includes CancelledError: the call failed
+        except BaseException as error:  # CancelledError, SystemExit too: the call failed
+            # (an agent's sys.exit() would otherwise end the event loop as a clean exit)
             self.sink._failed(self.slot, error)
             return
         finally:

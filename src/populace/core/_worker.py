@@ -365,9 +365,9 @@ class Worker:
                 out = getattr(agent, target)(*args)
             else:
                 out = target(agent, *args)
-        except (KeyboardInterrupt, SystemExit):
+        except KeyboardInterrupt:
             raise
-        except BaseException as error:
+        except BaseException as error:  # SystemExit too: an agent's failure, not the run's end
             sink._failed(slot, error)
             return
         if type(out) is types.CoroutineType:

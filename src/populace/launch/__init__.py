@@ -33,9 +33,7 @@ from ._launcher import (
     STATUSES,
     Observer,
     ScenarioFailed,
-    Terminated,
     launch,
-    run_until_signalled,
 )
 from ._offline import checkpointed_steps, fork, parse_sets, reopen
 from ._run import AllAnswersFailed, Measure, Rows, Run, StepAbandoned, as_numbers
@@ -52,6 +50,7 @@ from ._runfile import (
 )
 from ._scenario import COMMON_OPTIONS, Scenario, ScenarioSettings
 from ._select import SelectionError, select, where_filter
+from ._watchdog import STOP_GRACE_S, Terminated, run_until_signalled
 
 __all__ = [
     "COMMON_OPTIONS",
@@ -62,6 +61,7 @@ __all__ = [
     "MAX_RECOVERIES",
     "PILOT_AGENTS",
     "STATUSES",
+    "STOP_GRACE_S",
     "AllAnswersFailed",
     "ConsoleObserver",
     "Estimate",

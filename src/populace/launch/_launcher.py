@@ -16,11 +16,11 @@ import asyncio
 import contextlib
 import inspect
 import json
-import signal
 import sys
+import threading
 import time
 import traceback
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -43,6 +43,7 @@ from ._control import RunControl
 from ._run import ObserverFailed, Run, StepAbandoned
 from ._runfile import USER_MODULE_PREFIX, RunFile, where
 from ._scenario import Scenario
+from ._watchdog import watchdog
 
 #: How a run ends (``summary.json``'s ``status``); ``running`` while it runs.
 STATUSES = ("completed", "stopped", "interrupted", "failed")
@@ -65,10 +66,6 @@ class Observer(Protocol):
     def run_finished(self, summary: dict[str, Any]) -> None: ...
 
 
-class Terminated(Exception):
-    """SIGTERM arrived; the run was stopped cleanly."""
-
-
 class ScenarioFailed(PopulaceError):
     """The scenario's own code raised; the message is one line naming its file and line,
     the traceback is kept in ``RUN_DIR/error.txt``, the original is the ``__cause__``."""
@@ -85,33 +82,6 @@ def _failed(run_file: RunFile, error: BaseException, run_dir: RunDirectory | Non
     notes = "".join(f" ({n})" for n in getattr(error, "__notes__", ()))  # which agent
     return ScenarioFailed(f"{run_file.path}: scenario {where(error, source)}"
                           f"{type(error).__name__}: {error}{notes}{kept}")
-
-
-def run_until_signalled(coro: Coroutine[Any, Any, Any]) -> Any:
-    """``asyncio.run(coro)``, with SIGTERM handled like Ctrl-C: the run is cancelled, so its
-    cleanup (flushing results, stopping workers) runs before the process exits. Raises
-    :class:`Terminated` or :class:`KeyboardInterrupt`."""
-    terminated = False
-
-    async def main() -> Any:
-        nonlocal terminated
-        task = asyncio.current_task()
-        assert task is not None
-
-        def on_term() -> None:
-            nonlocal terminated
-            terminated = True
-            task.cancel()
-
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_term)
-        return await coro
-
-    try:
-        return asyncio.run(main())
-    except asyncio.CancelledError:
-        if terminated:
-            raise Terminated() from None
-        raise KeyboardInterrupt() from None
 
 
 async def launch(run_file: RunFile, run_dir: RunDirectory | None = None, *,
@@ -384,6 +354,18 @@ async def _own(call: Coroutine[Any, Any, None], run_file: RunFile,
         raise _failed(run_file, e, run_dir) from e
 
 
+@contextlib.contextmanager
+def _writing() -> Iterator[bool]:
+    """Around the run's own summary writes: False once the watchdog has taken over (its
+    summary, status ``stopped``, is the last one)."""
+    dog = watchdog()
+    if dog is None:
+        yield True
+        return
+    with dog.writing() as allowed:
+        yield allowed
+
+
 def _traffic(run: Run, since: dict[str, dict[str, int]] | None = None
              ) -> dict[str, dict[str, int]]:
     """The models' call counters now (:func:`~populace.llm.traffic`), or what was added to
@@ -451,7 +433,9 @@ async def _step(run: Run, scenario: Scenario, t: int, summary: dict[str, Any],
     summary["wall_s"] = round(time.perf_counter() - started, 4)
     if run.run_dir is not None:
         await _own(_checkpoint(run, scenario, t), run.run_file, run.run_dir)
-        run.run_dir.write_summary(summary)
+        with _writing() as allowed:
+            if allowed:
+                run.run_dir.write_summary(summary)
     for observer in observers:
         observer.step_finished(t, entry)
     if monitor is not None:
@@ -505,6 +489,35 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
     run: Run | None = None
     stopped = False
     failure: BaseException | None = None
+
+    def forced(why: str) -> str | None:
+        """The watchdog ends the process (on its own thread: the event loop may be stuck).
+        The step is abandoned, what it received is saved, the status is ``stopped``; where
+        the main thread was goes to ``error.txt``."""
+        if run_dir is None:
+            return None
+        try:
+            last = run_dir.read_summary()  # as the run last wrote it, whole
+        except FileNotFoundError:  # before the first step ended
+            last = json.loads(json.dumps(summary, default=str))
+        last.update(status="stopped", stopped=why,
+                    wall_s=round(time.perf_counter() - started, 4))
+        if run is not None and run._collecting is not None:
+            saved = run.save_partial()
+            if saved is not None:
+                last.update(partial_step=run.step, partial_answers=saved)
+        frame = sys._current_frames().get(threading.main_thread().ident or 0)
+        stack = "".join(traceback.format_stack(frame)) if frame is not None else ""
+        kept = run_dir.path / "error.txt"
+        kept.write_text(f"{why}; the main thread was here:\n{stack}")
+        run_dir.write_summary(last)
+        for name in last.get("tables") or ():
+            run_dir.consolidate(name)
+        return f"where it was: {kept}"
+
+    dog = watchdog()
+    if dog is not None:
+        dog.add_stopper(forced)
     try:
         population = await _population(run_file, run_dir, replay, summary, cache)
         if run_dir is not None:
@@ -575,13 +588,23 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
         summary["wall_s"] = round(time.perf_counter() - started, 4)
         if run_dir is not None:
             try:
-                run_dir.write_summary(json.loads(json.dumps(summary, default=str)))
+                with _writing() as allowed:
+                    if allowed:
+                        run_dir.write_summary(json.loads(json.dumps(summary, default=str)))
+                if dog is not None:  # written: the watchdog has nothing more to save
+                    dog.remove_stopper(forced)
+                    dog = None
                 for name in summary["tables"]:
                     run_dir.consolidate(name)
             except OSError:
                 if failure is None:
                     raise  # the run itself went well: this is its failure
                 # else the run's own error (perhaps the same full disk) is the one to tell
+            finally:
+                if dog is not None:
+                    dog.remove_stopper(forced)
+        elif dog is not None:
+            dog.remove_stopper(forced)
         if monitor is not None:
             monitor.run_finished(summary["status"], summary.get("error"))
         for observer in observers:
