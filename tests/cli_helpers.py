@@ -23,3 +23,16 @@ def run_in_process(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.Monke
         code = int(e.code or 0)
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def run_ok(*args: str | Path) -> None:
+    """Run ``populace ARGS`` here and require exit 0 (for module-scoped fixtures, which
+    cannot take ``capsys``)."""
+    saved = sys.argv
+    sys.argv = ["populace", *map(str, args)]
+    try:
+        main()
+    except SystemExit as e:
+        assert not e.code, args
+    finally:
+        sys.argv = saved

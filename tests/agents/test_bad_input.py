@@ -11,14 +11,11 @@ import pytest
 import yaml
 
 from cli_helpers import run_in_process
-from doc_pages import BLOCK
-
-ROOT = Path(__file__).resolve().parents[2]
+from persona_helpers import tutorial_files
 
 
-def park(directory: Path) -> tuple[str, dict[str, Any]]:
-    files = {b["file"]: b["body"] for b in BLOCK.finditer(
-        (ROOT / "docs" / "scenarios.md").read_text()) if b["file"] in ("park.py", "park.yaml")}
+def park() -> tuple[str, dict[str, Any]]:
+    files = tutorial_files("park.py", "park.yaml")
     return files["park.py"], yaml.safe_load(files["park.yaml"])
 
 
@@ -37,7 +34,7 @@ def park(directory: Path) -> tuple[str, dict[str, Any]]:
 def test_bad_persona_input_is_one_line_exit_2(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
         persona: dict[str, Any], source: tuple[str, str] | None, says: str) -> None:
-    code, data = park(tmp_path)
+    code, data = park()
     if source is not None:
         code = code.replace(*source).replace(
             "from populace.agents import Choice,", "from populace.agents import Regex, Schema, "

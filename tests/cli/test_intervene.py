@@ -4,50 +4,33 @@ request is one line, exit 2, and leaves the run directory as it was."""
 
 from __future__ import annotations
 
-import json
 import shutil
-import sys
 from pathlib import Path
-from typing import Any
 
 import pyarrow.compute as pc
 import pytest
 import yaml
 
-from cli_helpers import run_in_process
-from doc_pages import BLOCK
-from populace.cli import main
+from cli_helpers import run_in_process, run_ok
+from persona_helpers import prompt_text, recorded_calls, tutorial_files
 from populace.launch import fork, read_interventions
 from populace.results import RunDirectory, read_summary, read_table
 
-ROOT = Path(__file__).resolve().parents[2]
 TOLD = "The park will bring noise and crowds at night: vote no."
 
 Cap = pytest.CaptureFixture[str]
 Patch = pytest.MonkeyPatch
 
 
-def _populace(*args: str | Path) -> None:
-    saved = sys.argv
-    sys.argv = ["populace", *map(str, args)]
-    try:
-        main()
-    except SystemExit as e:
-        assert not e.code, args
-    finally:
-        sys.argv = saved
-
-
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tutorial's park.py and park.yaml (300 neighbours, 4 weeks), run to the end."""
     here = tmp_path_factory.mktemp("park")
-    for block in BLOCK.finditer((ROOT / "docs" / "scenarios.md").read_text()):
-        if block["file"] in ("park.py", "park.yaml"):
-            (here / block["file"]).write_text(block["body"])
+    for name, text in tutorial_files("park.py", "park.yaml").items():
+        (here / name).write_text(text)
     data = yaml.safe_load((here / "park.yaml").read_text())
     (here / "park.yaml").write_text(yaml.safe_dump({**data, "agents": 300}))
-    _populace("run", here / "park.yaml", "--out", here / "park")
+    run_ok("run", here / "park.yaml", "--out", here / "park")
     return here / "park"
 
 
@@ -59,17 +42,6 @@ def _copy(run: Path, tmp_path: Path) -> Path:
 def _tree(path: Path) -> dict[str, bytes]:
     return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
             if p.is_file()}
-
-
-def _calls(run_dir: Path) -> list[dict[str, Any]]:
-    out = []
-    for path in sorted((run_dir / "llm_calls").glob("*.jsonl")):
-        out += [json.loads(line) for line in path.read_text().splitlines() if line]
-    return out
-
-
-def _prompt(call: dict[str, Any]) -> str:
-    return "\n".join(m["content"] for m in call["request"]["messages"])
 
 
 def test_intervene_then_fork_tells_exactly_the_old_agents_at_step_3(
@@ -96,12 +68,12 @@ def test_intervene_then_fork_tells_exactly_the_old_agents_at_step_3(
     code, _, err = run_in_process(capsys, monkeypatch, "run", "--fork", run, "--at", "2",
                                   "--out", tmp_path / "told")
     assert code == 0, err
-    told = _calls(tmp_path / "told")
-    week3 = [c for c in told if "[step 2, decision]" in _prompt(c)
-             and "[step 3, decision]" not in _prompt(c)]
+    told = recorded_calls(tmp_path / "told")
+    week3 = [c for c in told if "[step 2, decision]" in prompt_text(c)
+             and "[step 3, decision]" not in prompt_text(c)]
     assert len(week3) == 300
-    assert {c["agent"] for c in week3 if f"[step 3, intervention] {TOLD}" in _prompt(c)} == old
-    assert {c["agent"] for c in told if TOLD in _prompt(c)} == old
+    assert {c["agent"] for c in week3 if f"[step 3, intervention] {TOLD}" in prompt_text(c)} == old
+    assert {c["agent"] for c in told if TOLD in prompt_text(c)} == old
     assert read_summary(tmp_path / "told")["steps"][2]["interventions"][0]["agents"] == len(old)
 
 

@@ -18,8 +18,10 @@ import pyarrow.compute as pc
 import pytest
 import yaml
 
-from cli_helpers import run_in_process
-from doc_pages import BLOCK
+from cli_helpers import run_in_process, run_ok
+from persona_helpers import prompt_text as prompt
+from persona_helpers import recorded_calls as calls
+from persona_helpers import tutorial_files
 from populace.results import read_summary, read_table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,9 +32,8 @@ TOLD = "The park will bring noise and crowds at night: vote no."
 def park(directory: Path, **changes: Any) -> Path:
     """The tutorial's park.py and park.yaml (from docs/scenarios.md) in ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
-    for block in BLOCK.finditer((ROOT / "docs" / "scenarios.md").read_text()):
-        if block["file"] in ("park.py", "park.yaml"):
-            (directory / block["file"]).write_text(block["body"])
+    for name, text in tutorial_files("park.py", "park.yaml").items():
+        (directory / name).write_text(text)
     data = yaml.safe_load((directory / "park.yaml").read_text())
     data.update(changes)
     path = directory / "park.yaml"
@@ -50,17 +51,6 @@ def gossip(directory: Path, **changes: Any) -> Path:
     return path
 
 
-def calls(run_dir: Path) -> list[dict[str, Any]]:
-    out = []
-    for path in sorted((run_dir / "llm_calls").glob("*.jsonl")):
-        out += [json.loads(line) for line in path.read_text().splitlines() if line]
-    return out
-
-
-def prompt(call: dict[str, Any]) -> str:
-    return "\n".join(m["content"] for m in call["request"]["messages"])
-
-
 def ok(populace: Callable[..., Any], *args: Any, timeout: float = 180) -> str:
     rc, out, err = populace(*args).finish(timeout=timeout)
     assert rc == 0 and "Traceback" not in err, err
@@ -71,30 +61,14 @@ def ok(populace: Callable[..., Any], *args: Any, timeout: float = 180) -> str:
 def park_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tutorial's run (1,000 neighbours, 4 weeks), then an intervention to the old ones
     for week 3 and a fork from week 2 that carries it out."""
-    from populace.cli import main  # in-process: the module's fixture needs no subprocess
-
     here = tmp_path_factory.mktemp("park")
     path = park(here)
-    for args in (["run", str(path), "--out", str(here / "runs" / "park")],):
-        _run_cli(main, args)
+    run_ok("run", path, "--out", here / "runs" / "park")
     (here / "runs" / "park" / "interventions.jsonl").write_text(json.dumps(
         {"step": 3, "kind": "message", "text": TOLD, "where": 'age == "old"'}) + "\n")
-    _run_cli(main, ["run", "--fork", str(here / "runs" / "park"), "--at", "2", "--out",
-                    str(here / "runs" / "told")])
+    run_ok("run", "--fork", here / "runs" / "park", "--at", "2", "--out",
+           here / "runs" / "told")
     return here / "runs"
-
-
-def _run_cli(main: Callable[[], None], args: list[str]) -> None:
-    import sys
-
-    saved = sys.argv
-    sys.argv = ["populace", *args]
-    try:
-        main()
-    except SystemExit as e:
-        assert not e.code, args
-    finally:
-        sys.argv = saved
 
 
 def test_an_intervention_is_in_exactly_the_chosen_agents_next_prompts(park_run: Path) -> None:

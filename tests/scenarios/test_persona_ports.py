@@ -13,21 +13,16 @@ import pyarrow.compute as pc
 import yaml
 
 from cli_helpers import run_in_process
+from persona_helpers import prompt_text
+from persona_helpers import recorded_calls as calls
 from populace.results import read_table
 
 ROOT = Path(__file__).resolve().parents[2]
 TOLD = "Your neighbours say the new clinic opens next month."
 
 
-def calls(run_dir: Path) -> list[dict[str, Any]]:
-    out = []
-    for path in sorted((run_dir / "llm_calls").glob("*.jsonl")):
-        out += [json.loads(line) for line in path.read_text().splitlines() if line]
-    return out
-
-
 def told(call: dict[str, Any]) -> bool:
-    return any(TOLD in m["content"] for m in call["request"]["messages"])
+    return TOLD in prompt_text(call)
 
 
 def run_and_fork(tmp_path: Path, capsys: Any, monkeypatch: Any, data: dict[str, Any],
