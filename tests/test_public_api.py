@@ -27,7 +27,7 @@ API: dict[str, set[str]] = {
         "TaskOwner", "UnobservedFailureWarning", "WorkerLost", "WorkerStats", "current_agent",
         "derive_seed", "gather", "make_backend", "mix64", "outcomes_table", "seed_for",
         "ship_by_value",
-        "unit_float", "wait"},
+        "uniform_pick", "unit_float", "wait"},
     "populace.environment": {
         "ClientStats", "DuplicateKeyError", "Env", "EnvClient", "EnvError", "EnvEvent",
         "EnvServedError", "EnvService", "EnvStats", "EnvVerbs", "EventKind", "ListenerError",

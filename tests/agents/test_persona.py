@@ -122,3 +122,14 @@ async def test_a_model_that_reads_no_prompt_draws_its_answer() -> None:
     assert d.valid and d.value in ("red", "green")
     n = await v.decide("How many?", Number(1, 5, integer=True), step=1)
     assert n.value in range(1, 6)
+
+
+async def test_the_dummys_draws_cover_the_whole_range_and_every_option() -> None:
+    models = ModelSet.build({"d": DummyConfig(latency=0.0)})
+    voters = [Voter(i, PROFILE, models=models) for i in range(600)]
+    numbers = [(await v.decide("How many?", Number(0, 1000, integer=True), step=1)).value
+               for v in voters]
+    assert min(numbers) < 100 and max(numbers) > 900  # not only low + the dummy's 0..100
+    five = [(await v.decide("Which?", Choice(list("abcde")), step=1)).value for v in voters]
+    assert {o: five.count(o) for o in "abcde"} == pytest.approx(
+        dict.fromkeys("abcde", 120), abs=45)

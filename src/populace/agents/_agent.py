@@ -23,7 +23,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from populace.core import Agent, ConfigError, Msg, Profile, derive_seed, seed_for
+from populace.core import (
+    Agent,
+    ConfigError,
+    Msg,
+    Profile,
+    derive_seed,
+    seed_for,
+    uniform_pick,
+)
 from populace.llm import ChatMessage, ModelClient
 
 from ._answers import UNREADABLE, Answer, Choice, Number, Text
@@ -311,7 +319,8 @@ class Persona(Agent):
         return d
 
     async def _persona_draw(self, model: ModelClient, answer: Answer, seed: int) -> Decision:
-        """A model that reads no prompt (the dummy): its number picks the answer."""
+        """A model that reads no prompt (the dummy): its number picks the answer, uniformly
+        over the choices or the range (see :func:`~populace.core.uniform_pick`)."""
         reply = await model.complete((), seed=seed)
         d = Decision(None, False, reply.text, 1 + reply.retries)
         try:
@@ -319,11 +328,11 @@ class Persona(Agent):
         except ValueError:
             return d
         if isinstance(answer, Choice):
-            d.value = answer.options[n % len(answer.options)]
+            d.value = answer.options[uniform_pick(n, seed, len(answer.options))]
         elif isinstance(answer, Number):
             span = answer.high - answer.low
-            d.value = (answer.low + n % (int(span) + 1) if answer.integer
-                       else answer.low + span * (n % 1001) / 1000)
+            d.value = (answer.low + uniform_pick(n, seed, int(span) + 1) if answer.integer
+                       else answer.low + span * uniform_pick(n, seed, 1001) / 1000)
         else:
             d.value = reply.text
         d.valid = True

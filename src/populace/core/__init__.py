@@ -25,7 +25,7 @@ from ._handle import AgentGroup, AgentHandle
 from ._msg import Msg
 from ._placeholder import Placeholder, PlaceholderSet, UnobservedFailureWarning, gather, wait
 from ._runtime import Simulation, SimulationStats
-from ._seeding import derive_seed, mix64, seed_for, unit_float
+from ._seeding import derive_seed, mix64, seed_for, uniform_pick, unit_float
 from ._shipping import ship_by_value
 from ._tasks import TaskOwner
 from ._worker import WorkerStats
@@ -70,6 +70,7 @@ __all__ = [
     "outcomes_table",
     "seed_for",
     "ship_by_value",
+    "uniform_pick",
     "unit_float",
     "wait",
 ]

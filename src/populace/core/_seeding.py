@@ -46,3 +46,23 @@ def seed_for(base: int, index: int) -> int:
     distinct seeds (SplitMix64 is a bijection).
     """
     return mix64(base ^ index) >> 1
+
+
+#: Salts the offset of :func:`uniform_pick` away from the number it shifts.
+_PICK = 0x0FF5E7_D2A3
+
+
+def uniform_pick(number: int, seed: int, m: int) -> int:
+    """One of ``m`` choices for ``number`` (a stand-in model's answer): uniform over
+    ``range(m)`` whatever ``number``'s own distribution, because a seeded offset uniform
+    over the choices is added (128 bits of offset: 64 would be biased past 2**40 choices).
+    The dummy model's 101 numbers cannot pick fairly among 5 or 11 options on their own.
+
+    >>> sorted({uniform_pick(7, s, 3) for s in range(50)})
+    [0, 1, 2]
+    """
+    offset = mix64(seed ^ _PICK)
+    if m > 1 << 40:
+        offset = offset << 64 | mix64(offset)
+    return (number + offset) % m
+

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from populace.agents import Persona
-from populace.core import ModelError, Profile, mix64, seed_for
+from populace.core import ModelError, Profile, mix64, seed_for, uniform_pick
 from populace.llm import ChatMessage, ModelClient
 
 from ._prompts import (
@@ -258,9 +258,10 @@ class Respondent(Persona):
             return None, text
         k = len(shown)
         if q.type in CHOICE:
-            return shown[_pick(n, seed, k)], text
+            return shown[uniform_pick(n, seed, k)], text
         if q.type == "multi_choice":
-            picked, mask = _pick(n, seed, (1 << k) - 1) + 1, 0  # a non-empty set of positions
+            # a non-empty set of shown positions
+            picked, mask = uniform_pick(n, seed, (1 << k) - 1) + 1, 0
             for pos in range(k):
                 if picked >> pos & 1:
                     mask |= 1 << shown[pos]
@@ -269,10 +270,10 @@ class Respondent(Persona):
             assert q.range is not None
             low, high = q.range
             if high - low >= 20 and low == int(low) and high == int(high):
-                return low + _pick(n, seed, int(high - low + 1)), text
-            return low + (high - low) * _pick(n, seed, 101) / 100, text
+                return low + uniform_pick(n, seed, int(high - low + 1)), text
+            return low + (high - low) * uniform_pick(n, seed, 101) / 100, text
         if q.coded:
-            return _pick(n, seed, len(q.options)), text
+            return uniform_pick(n, seed, len(q.options)), text
         return True, text  # an open answer: the text is the answer
 
     async def _read(self, q: Question, number: int, of: int, shown: list[int], seed: int,
@@ -329,19 +330,6 @@ class Respondent(Persona):
         self.known = dict(zip(self.plan.remembered_order, known, strict=True))
         self.history = [(q, a) for q, a in history]
         super().set_state(state[2] if len(state) > 2 else None)
-
-
-#: Salts the offset of :func:`_pick` away from the dummy's number and the option order.
-_OFFSET = 0x0FF5E7_D2A3
-
-
-def _pick(n: int, seed: int, m: int) -> int:
-    """One of ``m`` answers for the number ``n``: uniform when the offset is, whatever ``n``
-    is (128 bits of offset: a 64-bit one would be biased over ranges past 2**40)."""
-    offset = mix64(seed ^ _OFFSET)
-    if m > 1 << 40:
-        offset = offset << 64 | mix64(offset)
-    return (n + offset) % m
 
 
 def _parse(q: Question, text: str, shown: list[int]) -> Any:
