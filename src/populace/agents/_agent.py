@@ -35,7 +35,7 @@ from populace.core import (
 from populace.llm import ChatMessage, ModelClient
 
 from ._answers import UNREADABLE, Answer, Choice, Number, Text
-from ._memory import Event, Memory, clip
+from ._memory import Event, Memory, clip, fitting
 from ._persona import PersonaOptions
 
 #: The interviewer's instruction (an interview is not a step: nothing is written back).
@@ -224,16 +224,15 @@ class Persona(Agent):
         if not memory:
             return ""
         budget = self.persona.memory_tokens
-        n, recent = memory.window(budget)
-        if n:
-            n, _ = memory.window(budget // 2)
-            events = memory.events()
+        events = memory.events()
+        if fitting(events, budget):  # outgrown: fold what the newest half-budget leaves
+            n = fitting(events, budget // 2)
             summary = None
             if self.persona.summarise and self.model.reads_prompt:
                 summary = await self._persona_summarise(events[:n], seed)
             memory.fold(n, summary, step)
-            _, recent = memory.window(budget)
-        return render_memory(recent)
+            events = memory.events()
+        return render_memory(events[fitting(events, budget):])
 
     async def _persona_summarise(self, events: list[Event], seed: int) -> str:
         words = max(self.persona.event_tokens * 3 // 4, 1)

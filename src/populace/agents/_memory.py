@@ -51,6 +51,16 @@ def clip(text: str, max_tokens: int) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
 
 
+def fitting(events: list[Event], budget: int) -> int:
+    """How many of ``events`` (oldest first) do not fit ``budget`` tokens, counting from
+    the newest."""
+    used, first = 0, len(events)
+    while first > 0 and used + tokens(events[first - 1].text) <= budget:
+        first -= 1
+        used += tokens(events[first].text)
+    return first
+
+
 class Memory:
     """Events an agent remembers, oldest first (see the module docstring)."""
 
@@ -95,22 +105,17 @@ class Memory:
         (a summary at the front counts too, and is kept while it fits), and ``n``, how
         many older ones do not fit."""
         events = self.events()
-        used, first = 0, len(events)
-        while first > 0 and used + tokens(events[first - 1].text) <= budget:
-            first -= 1
-            used += tokens(events[first].text)
-        return first, events[first:]
+        n = fitting(events, budget)
+        return n, events[n:]
 
     def fold(self, n: int, summary: str | None, step: int) -> None:
         """Replace the ``n`` oldest events by one ``summary`` event at ``step`` (or drop
         them when ``summary`` is None or empty)."""
-        events = self.events()
-        kept = events[n:]
+        kept = self.events()[n:]
         if summary and summary.strip():
-            kept.insert(0, Event(step, "summary", summary.strip()))
-        self._text, self._meta = "", b""
-        for e in kept:
-            self.add(e.step, e.kind, e.text)
+            kept.insert(0, Event(step, "summary", summary.strip().replace(_SEP, " ")))
+        self._text = _SEP.join(e.text for e in kept)
+        self._meta = array("i", (e.step << 3 | _CODE[e.kind] for e in kept)).tobytes()
 
     def get_state(self) -> tuple[str, bytes] | None:
         """Two plain values (None when empty): cheap to pickle a million of."""
