@@ -210,7 +210,7 @@ class Respondent(Persona):
             try:
                 if self.reads:
                     value, raw = await self._read(q, i + 1, len(wave_ids), shown, seed,
-                                                  notes.get(qid), call)
+                                                  notes.get(qid), call, wave + 1)
                 else:
                     value, raw = await self._draw(q, shown, seed, call)
             except ModelError as e:
@@ -277,13 +277,14 @@ class Respondent(Persona):
         return True, text  # an open answer: the text is the answer
 
     async def _read(self, q: Question, number: int, of: int, shown: list[int], seed: int,
-                    note: str | None, call: _Call) -> tuple[Any, str]:
-        """Ask a model that reads prompts; re-ask once when the reply is not an answer."""
+                    note: str | None, call: _Call, step: int) -> tuple[Any, str]:
+        """Ask a model that reads prompts (at ``step``, the wave's); re-ask once when the
+        reply is not an answer."""
         plan = self.plan
         asked = question_message(q, number, of, shown, note)
         messages: list[ChatMessage] = [{"role": "system", "content": self._system()}]
         if self._memory:  # what it was told since (a message, an intervention)
-            messages.append({"role": "system", "content": await self.recall(0, seed)})
+            messages.append({"role": "system", "content": await self.recall(step, seed)})
         for question, reply in self.history:
             messages.append({"role": "user", "content": question})
             messages.append({"role": "assistant", "content": reply})
