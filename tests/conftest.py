@@ -24,7 +24,8 @@ SLOW_FIRST = (
 #: the cluster starts once (a file missing here still works, on a cluster of its worker's).
 RAY_CLUSTER_FILES = frozenset({
     "core/test_columnar_table.py", "core/test_current_agent.py", "core/test_ray_backend.py",
-    "core/test_worker_stats.py", "environment/test_parity.py", "environment/test_remote.py",
+    "core/test_worker_stats.py", "environment/test_many_remote.py", "environment/test_parity.py",
+    "environment/test_remote.py",
 })
 TESTS = Path(__file__).resolve().parent
 

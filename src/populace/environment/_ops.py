@@ -9,9 +9,12 @@ arbitrary read-modify-write (the function must be picklable to cross a process b
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+
+from ._env import as_keys, per_key
 
 if TYPE_CHECKING:
     from populace.core import Placeholder
@@ -19,8 +22,13 @@ if TYPE_CHECKING:
     from ._env import Env
 
 OpKind = Literal["query", "query_prefix", "query_where", "register", "set", "update", "incr",
-                 "append", "delete"]
+                 "append", "delete", "query_many", "incr_many", "set_many", "update_many",
+                 "each"]
 KEYLESS = frozenset(("query_prefix", "query_where"))
+#: Kinds on many keys at once. Their ``arg`` is ``(keys, x, at)``: with ``at`` None, ``keys``
+#: is a sequence and ``key`` is "" (the service splits the op by key when some are held);
+#: otherwise ``key`` names the one key holding an array, as for a one-key op.
+MANY = frozenset(("query_many", "incr_many", "set_many", "update_many", "each"))
 _UNSET: Any = object()
 
 
@@ -79,6 +87,47 @@ class Op(NamedTuple):
     def delete(cls, key: str, *, env: str | None = None) -> Op:
         return cls("delete", key, None, env)
 
+    @classmethod
+    def query_many(cls, keys: Sequence[str] | str, *, at: Any = None,
+                   env: str | None = None) -> Op:
+        """:meth:`Env.query_many` as data."""
+        return _many("query_many", keys, None, at, env)
+
+    @classmethod
+    def incr_many(cls, keys: Sequence[str] | str, deltas: Any = 1, *, at: Any = None,
+                  env: str | None = None) -> Op:
+        """:meth:`Env.incr_many` as data."""
+        return _many("incr_many", keys, deltas, at, env)
+
+    @classmethod
+    def update_many(cls, keys: Sequence[str] | str, values: Any = _UNSET, *,
+                    fn: Callable[[Any], Any] | None = None, at: Any = None,
+                    env: str | None = None) -> Op:
+        """:meth:`Env.update_many` as data (``fn`` must be picklable to cross a process)."""
+        if (values is _UNSET) == (fn is None):
+            raise TypeError("update_many() takes either values or fn=, not both or neither")
+        if fn is not None:
+            if inspect.iscoroutinefunction(fn):
+                raise TypeError("update_many() takes a plain function; an async fn holds its "
+                                "key while it runs: use update(key, fn=...), one key at a time")
+            return _many("update_many", keys, fn, at, env)
+        return _many("set_many", keys, values, at, env)
+
+
+def _many(kind: OpKind, keys: Any, x: Any, at: Any, env: str | None) -> Op:
+    if at is not None:
+        if type(keys) is not str:
+            raise TypeError("with at=, the first argument is one key (a string) holding an "
+                            f"array, got {type(keys).__name__}")
+        return Op(kind, keys, (keys, x, at), env)
+    keys = as_keys(keys)
+    if kind in ("incr_many", "set_many"):
+        what = "deltas" if kind == "incr_many" else "values"
+        if per_key(x, len(keys), what) is None and kind == "set_many":
+            raise TypeError("update_many() takes one value per key (a list or an array), got "
+                            f"{type(x).__name__}")
+    return Op(kind, "", (keys, x, None), env)
+
 
 @dataclass(slots=True)
 class Reply:
@@ -131,6 +180,19 @@ def apply_now(env: Env, op: Op) -> Any:
         return env.query_prefix(op.key)
     if kind == "query_where":
         return env.query_where(op.arg)
+    if kind in MANY:
+        keys, x, at = op.arg
+        if kind == "incr_many":
+            return env.incr_many(keys, x, at=at)
+        if kind == "query_many":
+            return env.query_many(keys, at=at)
+        if kind == "set_many":
+            return env.update_many(keys, x, at=at)
+        if kind == "update_many":
+            return env.update_many(keys, fn=x, at=at)
+        if kind == "each":  # what EnvClient sends for a run of like one-key ops
+            errors: dict[int, BaseException] = {}
+            return env._each(op.key, keys, x, errors, None), errors
     raise ValueError(f"unknown environment operation {kind!r}")
 
 
@@ -200,6 +262,24 @@ class EnvVerbs:
     def delete(self, key: str, *, env: str | None = None) -> Coroutine[Any, Any, Any]:
         """Remove ``key``; returns its last value."""
         return self._one(Op("delete", key, None, env))
+
+    def query_many(self, keys: Sequence[str] | str, *, at: Any = None,
+                   env: str | None = None) -> Coroutine[Any, Any, Any]:
+        """:meth:`Env.query_many`: the values of ``keys`` (a list), or of the array at
+        key ``keys`` at positions ``at`` (an array), as one operation."""
+        return self._one(_many("query_many", keys, None, at, env))
+
+    def incr_many(self, keys: Sequence[str] | str, deltas: Any = 1, *, at: Any = None,
+                  env: str | None = None) -> Coroutine[Any, Any, Any]:
+        """:meth:`Env.incr_many` as one operation: applied in one pass, in order, each key
+        after the operations before it on that key; the new values as an array."""
+        return self._one(_many("incr_many", keys, deltas, at, env))
+
+    def update_many(self, keys: Sequence[str] | str, values: Any = _UNSET, *,
+                    fn: Callable[[Any], Any] | None = None, at: Any = None,
+                    env: str | None = None) -> Coroutine[Any, Any, None]:
+        """:meth:`Env.update_many` as one operation (``fn`` a plain function)."""
+        return self._one(Op.update_many(keys, values, fn=fn, at=at, env=env))
 
 
 class SubmitVerbs(EnvVerbs):
