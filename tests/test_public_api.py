@@ -16,7 +16,7 @@ API: dict[str, set[str]] = {
     "populace.agents": {
         "INTERNAL", "INTERVIEWER", "KINDS", "UNREADABLE", "Answer", "Choice", "Decision", "Event",
         "Memory", "Number", "Persona", "PersonaOptions", "Regex", "Schema", "Text",
-        "persona_columns", "render_memory"},
+        "persona_columns", "render_memory", "divergence", "sampling_report"},
     "populace.core": {
         "Agent", "AgentGroup", "AgentHandle", "Backend", "CallTimeout", "ConfigError",
         "LocalBackend", "Memory", "ModelBadResponse", "ModelError", "ModelHTTPError",
@@ -38,6 +38,7 @@ API: dict[str, set[str]] = {
         "ChatMessage", "Completion", "DummyConfig", "DummyModel", "EndpointPool",
         "EndpointStats", "Lease", "ModelClient", "ModelConfig", "ModelSet", "ModelStats",
         "OpenAIConfig", "OpenAIModel", "RecordingModel", "ReplayModel", "ScriptedConfig",
+        "SamplingConfig", "audits",
         "ScriptedModel", "ScriptedParams", "ServerOptions", "build_model", "create_app",
         "preflight", "request_key", "running_server", "scripted_reply", "serve", "TRAFFIC",
         "model_stats", "traffic", "run_batch", "BatchConfig", "Request", "Wrapper", "Retrying",

@@ -12,6 +12,7 @@ from ._agent import INTERVIEWER, Decision, Persona, render_memory
 from ._answers import UNREADABLE, Answer, Choice, Number, Regex, Schema, Text
 from ._memory import KINDS, Event, Memory
 from ._persona import INTERNAL, PersonaOptions, persona_columns
+from ._sampling import divergence, sampling_report
 
 __all__ = [
     "INTERNAL",
@@ -29,6 +30,8 @@ __all__ = [
     "Regex",
     "Schema",
     "Text",
+    "divergence",
     "persona_columns",
     "render_memory",
+    "sampling_report",
 ]

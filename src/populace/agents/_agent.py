@@ -17,11 +17,13 @@ counted per model in the step's ``llm`` traffic (``unreadable``), never a defaul
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import weakref
 import zlib
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from populace.core import (
     Agent,
@@ -37,6 +39,11 @@ from populace.llm import ChatMessage, ModelClient
 from ._answers import UNREADABLE, Answer, Choice, Number, Text
 from ._memory import Event, Memory, clip, fitting
 from ._persona import PersonaOptions
+from ._sampling import audited
+
+T = TypeVar("T")
+#: Salt of a member's pick among its archetype's samples.
+_PICK = 0xA7C4
 
 #: The interviewer's instruction (an interview is not a step: nothing is written back).
 INTERVIEWER = ("You are being interviewed by a researcher about the simulation you take "
@@ -248,41 +255,121 @@ class Persona(Agent):
         return clip(answer.text, self.persona.event_tokens)
 
     def messages(self, question: str, answer: Answer, memory: str,
-                 context: str | None = None) -> list[ChatMessage]:
-        """The messages of a decision (see the module docstring)."""
+                 context: str | None = None, *, persona: str | None = None
+                 ) -> list[ChatMessage]:
+        """The messages of a decision (see the module docstring); ``persona``: shown
+        instead of :meth:`persona_text` (an archetype's)."""
         shared = "\n\n".join(p for p in (self.rules.strip(), (context or "").strip()) if p)
         out: list[ChatMessage] = []
         if shared:
             out.append({"role": "system", "content": shared})
-        persona = self.persona_text()
+        if persona is None:
+            persona = self.persona_text()
         if persona:
             out.append({"role": "system", "content": persona})
         ask = f"Question: {question.strip()}\n{answer.instruction()}"
         out.append({"role": "user", "content": f"{memory}\n\n{ask}" if memory else ask})
         return out
 
+    # -- sampling -----------------------------------------------------------------------------
+    def archetype(self, columns: list[str]) -> tuple[Any, ...]:
+        """The agent's values of ``columns`` (its archetype under ``sampling.by``)."""
+        profile = self.profile
+        try:
+            return tuple(profile[c] for c in columns)
+        except KeyError as e:
+            listed = ", ".join(c for c in profile if c != "agent_id") or "none"
+            raise ConfigError(f"sampling.by: no profile column {e.args[0]!r} (have: "
+                              f"{listed})") from None
+
+    def archetype_text(self) -> str:
+        """The persona an archetype's prompt shows: only the ``sampling.by`` columns."""
+        sampling = self._sampling()
+        columns = sampling.by if sampling is not None else []
+        values = self.archetype(columns)
+        return "About you: " + "; ".join(f"{c}: {v}" for c, v in zip(columns, values,
+                                                                      strict=True)) + "."
+
+    def _sampling(self) -> Any:
+        get = getattr(self.seat.models, "sampling", None)
+        return get(self.seat.name) if get is not None and self.seat.name is not None else None
+
+    async def sampled(self, decision: str, key: Hashable, base: int, step: int,
+                      ask: Callable[[bool, int], Awaitable[T]],
+                      value: Callable[[T], Any]) -> tuple[T, bool]:
+        """One decision, asked as the model's ``sampling:`` says: ``(outcome, own)``.
+
+        ``ask(shared, seed)`` makes the decision's calls and returns what they gave, with no
+        side effect on the agent: ``shared=False`` with the agent's own prompt,
+        ``shared=True`` with its archetype's (:meth:`archetype_text`, no individual
+        memory; everything else that prompt depends on must be in ``key``). ``base`` is the
+        decision's seed (the agent's is ``seed_for(base, id)``); ``value(outcome)`` is what
+        the audit compares (a label or a number; None when unreadable).
+
+        ``own`` is False when the outcome is one of the archetype's samples, shared with
+        other members (treat it as read-only, and its calls as not this agent's).
+        """
+        seed = seed_for(base, int(self.id))
+        sampling = self._sampling()
+        if sampling is None or sampling.mode_of(decision) != "archetype":
+            return await ask(False, seed), True
+        models: Any = self.seat.models
+        if models.pooled_step != step:  # an archetype's answers hold for one step
+            models.pooled.clear()
+            models.pooled_step = step
+        name = self.seat.name
+        whole = (name, decision, key, self.archetype(sampling.by))
+        samples = models.pooled.get(whole)
+        if samples is None:
+            # seeds from the prompt's key: the same samples on any worker
+            first = derive_seed(base, zlib.crc32(repr(whole[1:]).encode()))
+            samples = models.pooled[whole] = asyncio.ensure_future(asyncio.gather(
+                *(ask(True, seed_for(first, j)) for j in range(sampling.samples)),
+                return_exceptions=True))
+        got = (await asyncio.shield(samples))[uniform_pick(0, seed ^ _PICK,
+                                                           sampling.samples)]
+        if isinstance(got, BaseException):
+            raise got
+        models.count_shared(name)
+        if not audited(base, int(self.id), sampling.audit):
+            return got, False
+        own = await ask(False, seed)  # the audit: asked individually too, and kept
+        models.count_audit(name, decision, value(own), value(got))
+        return own, True
+
     # -- deciding ---------------------------------------------------------------------------
     async def decide(self, question: str, answer: Answer = _TEXT, *, step: int = 0,
                      context: str | None = None, seed: int | None = None,
                      temperature: float | None = None, max_tokens: int | None = None,
-                     remember: bool = True) -> Decision:
+                     remember: bool = True, name: str | None = None) -> Decision:
         """Ask the agent's model ``question`` and read the reply as ``answer``.
 
         ``context``: this step's shared text (the round's state); ``seed``: a base seed
         (each call's seed is derived from it, the step and the agent's id; default: the
         question's hash); ``remember``: the decision becomes a
-        ``decision`` event of the memory.
+        ``decision`` event of the memory; ``name``: the decision's name in the model's
+        ``sampling:`` and its audit (default: the question).
         """
         base = derive_seed(seed if seed is not None else zlib.crc32(question.encode()), step)
-        call_seed = seed_for(base, int(self.id))
         model = self.model
-        if not model.reads_prompt:
-            decision = await self._persona_draw(model, answer, call_seed)
-        else:
-            memory = await self.recall(step, call_seed)
-            messages = self.messages(question, answer, memory, context)
-            decision = await self._persona_ask(model, messages, question, answer, call_seed,
-                                               temperature, max_tokens)
+
+        async def ask(shared: bool, call_seed: int) -> Decision:
+            if not model.reads_prompt:
+                return await self._persona_draw(model, answer, call_seed)
+            memory = "" if shared else await self.recall(step, call_seed)
+            messages = self.messages(question, answer, memory, context,
+                                     persona=self.archetype_text() if shared else None)
+            return await self._persona_ask(model, messages, question, answer, call_seed,
+                                           temperature, max_tokens)
+
+        key = (self.rules, context, question, answer.instruction(), temperature, max_tokens)
+        decision, own = await self.sampled(name or question, key, base, step, ask,
+                                           lambda d: answer.show(d.value) if d.valid
+                                           and not isinstance(d.value, int | float)
+                                           else d.value)
+        if not own:  # an archetype's sample: its calls are not this agent's
+            decision = dataclasses.replace(decision, calls=0, prompt_tokens=0,
+                                           completion_tokens=0)
         if not decision.valid:
             self.note_unreadable()
         elif remember:

@@ -26,9 +26,17 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from populace.core import ConfigError, PopulaceError, Simulation, WorkerLost, ship_by_value
+from populace.agents import sampling_report
+from populace.core import (
+    ConfigError,
+    PopulaceError,
+    Simulation,
+    WorkerLost,
+    derive_seed,
+    ship_by_value,
+)
 from populace.environment import ServiceClosed
-from populace.llm import ModelSet, Served, limits, preflight, traffic
+from populace.llm import ModelSet, Served, audits, limits, model_stats, preflight, traffic
 from populace.population import generate_backgrounds
 from populace.results import (
     RunDirectory,
@@ -382,6 +390,18 @@ def _traffic(run: Run, since: dict[str, dict[str, int]] | None = None
     return out
 
 
+def _sampling(run: Run) -> tuple[dict[str, Any], dict[str, int]]:
+    """The models' audited answer pairs and shared decisions so far (see
+    :func:`~populace.agents.sampling_report`)."""
+    workers = [w.resources for w in run.sim.statistics().workers]
+    shared: dict[str, int] = {}
+    for resources in workers:
+        for m in model_stats(resources):
+            if m.shared:
+                shared[m.model] = shared.get(m.model, 0) + m.shared
+    return audits(workers), shared
+
+
 async def _step(run: Run, scenario: Scenario, t: int, summary: dict[str, Any],
                 started: float, observers: Sequence[Observer], monitor: RunMonitor | None,
                 control: RunControl | None) -> bool:
@@ -397,6 +417,7 @@ async def _step(run: Run, scenario: Scenario, t: int, summary: dict[str, Any],
         else _interventions.read_interventions(here) if here is not None else []
     done = await _interventions.carry_out(run, scheduled, t) if scheduled else []
     sent = _traffic(run)
+    sampled = _sampling(run)
     try:
         await _own(scenario.step(run, t), run.run_file, run.run_dir)
     except StepAbandoned:
@@ -422,6 +443,9 @@ async def _step(run: Run, scenario: Scenario, t: int, summary: dict[str, Any],
         adapted = limits(w.resources for w in run.sim.statistics().workers)
         if adapted:  # where the adaptive limits stood at the step's end
             entry["limits"] = adapted
+    report = sampling_report(*sampled, *_sampling(run), seed=derive_seed(run.seed, t))
+    if report:  # archetype sampling: decisions shared, and the audit's divergence
+        entry["sampling"] = report
     entry["wall_s"] = round(time.perf_counter() - t0, 4)
     if run.run_dir is not None:
         for name, table in tables.items():

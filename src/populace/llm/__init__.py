@@ -44,6 +44,7 @@ from ._preflight import Served, preflight
 from ._prompt import LAYOUTS, Layout, conversation
 from ._record import RecordingModel, ReplayModel, read_agent_calls, request_key
 from ._replies import extracted_number, is_structured, json_answer, text_of
+from ._sampling import SamplingConfig, audits
 from ._scripted import ScriptedModel, ScriptedParams, scripted_reply, scripted_rule
 from ._server import ServerOptions, create_app, run_batch, running_server, serve
 from ._transport import AiohttpTransport, MockTransport, Response, Transport, TransportError
@@ -80,6 +81,7 @@ __all__ = [
     "Request",
     "Response",
     "Retrying",
+    "SamplingConfig",
     "ScriptedConfig",
     "ScriptedModel",
     "ScriptedParams",
@@ -88,6 +90,7 @@ __all__ = [
     "Transport",
     "TransportError",
     "Wrapper",
+    "audits",
     "build_model",
     "conversation",
     "create_app",

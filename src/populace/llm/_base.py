@@ -58,6 +58,11 @@ class ModelStats:
     #: decisions whose reply could not be read as the answer asked for (counted by the
     #: persona agents that use the model, see :class:`~populace.llm.ModelSet`)
     unreadable: int = 0
+    #: audited answer pairs of archetype sampling: ``(decision, individual answer, the
+    #: archetype's answer, count)`` (see :func:`~populace.llm.audits`)
+    audit: tuple[tuple[str, Any, Any, int], ...] = ()
+    #: decisions answered by an archetype's samples instead of a call of their own
+    shared: int = 0
 
 
 class Request(NamedTuple):

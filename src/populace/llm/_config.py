@@ -18,6 +18,7 @@ from populace.core import ConfigError
 from ._base import ModelClient
 from ._dummy import DummyModel
 from ._openai import OpenAIModel
+from ._sampling import SamplingConfig, sampling_field
 from ._scripted import ScriptedModel, ScriptedParams
 from ._wrappers import Counted
 
@@ -32,6 +33,7 @@ class DummyConfig(StrictModel):
                           "latency × (1 ± jitter), uniform and fixed by the call's seed")
     low: int = Field(0, description="smallest number answered")
     high: int = Field(100, description="largest number answered")
+    sampling: SamplingConfig | None = sampling_field()
 
     @model_validator(mode="after")
     def _range(self) -> DummyConfig:
@@ -117,6 +119,7 @@ class OpenAIConfig(StrictModel):
                               "computes at once (vLLM's max_num_seqs, llama.cpp's --parallel): "
                               "the workers' limits together stay within it; learnt from "
                               "llama.cpp's /props when unset")
+    sampling: SamplingConfig | None = sampling_field()
 
     @field_validator("base_urls")
     @classmethod
@@ -159,6 +162,7 @@ class ScriptedConfig(StrictModel):
                            "number")
     primacy: float = Field(0.15, ge=0, le=1, description="share of single-choice survey "
                            "answers that take the first option shown")
+    sampling: SamplingConfig | None = sampling_field()
 
     def params(self) -> ScriptedParams:
         return ScriptedParams(depth=self.depth, noise=self.noise, invalid=self.invalid,
@@ -187,6 +191,7 @@ class PythonConfig(StrictModel):
                          "returning a ModelClient")
     options: dict[str, Any] = Field(default_factory=dict,
                                     description="keyword arguments of the factory")
+    sampling: SamplingConfig | None = sampling_field()
 
 
 def _import(module_name: str) -> ModuleType:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from ._base import ModelClient, ModelStats
 from ._config import build_model
 from ._record import RecordingModel, ReplayModel
+from ._sampling import SamplingConfig
 from ._wrappers import ReplayThenLive
 
 
@@ -19,9 +21,17 @@ class ModelSet(Mapping[str, ModelClient]):
     >>> models = ModelSet.build({"dummy": DummyConfig(latency=0.0)})  # doctest: +SKIP
     """
 
-    def __init__(self, clients: Mapping[str, ModelClient]) -> None:
+    def __init__(self, clients: Mapping[str, ModelClient],
+                 sampling: Mapping[str, SamplingConfig | None] | None = None) -> None:
         self._clients = dict(clients)
         self._unreadable = dict.fromkeys(self._clients, 0)
+        self._sampling = {n: c for n, c in (sampling or {}).items() if c is not None}
+        self._audit: dict[str, Counter[tuple[str, Any, Any]]] = {}
+        self._shared = dict.fromkeys(self._clients, 0)
+        #: What the personas of this worker share within a step: an archetype's answers,
+        #: keyed by the persona layer (see :meth:`Persona.sampled`); cleared per step.
+        self.pooled: dict[Any, Any] = {}
+        self.pooled_step: int | None = None
 
     @classmethod
     def build(cls, configs: Mapping[str, Any], *, record_to: str | Path | None = None,
@@ -52,7 +62,8 @@ class ModelSet(Mapping[str, ModelClient]):
             if record_to is not None and cfg.provider != "dummy":
                 client = RecordingModel(client, Path(record_to) / f"{name}-{{host}}-{{pid}}.jsonl")
             clients[name] = client
-        return cls(clients)
+        return cls(clients, {name: getattr(cfg, "sampling", None)
+                             for name, cfg in configs.items()})
 
     def __getitem__(self, name: str) -> ModelClient:
         return self._clients[name]
@@ -68,13 +79,32 @@ class ModelSet(Mapping[str, ModelClient]):
         the worker call this; the count is the models' ``unreadable`` statistic)."""
         self._unreadable[name] += 1
 
+    def sampling(self, name: str) -> SamplingConfig | None:
+        """Model ``name``'s ``sampling:`` (None: every agent is asked)."""
+        return self._sampling.get(name)
+
+    def count_shared(self, name: str) -> None:
+        """Count a decision answered by an archetype's samples, not a call of its own."""
+        self._shared[name] += 1
+
+    def count_audit(self, name: str, decision: str, own: Any, given: Any) -> None:
+        """Count an audited agent's pair of answers to ``decision``: its own (asked
+        individually) and the one its archetype gave it."""
+        self._audit.setdefault(name, Counter())[decision, own, given] += 1
+
     def statistics(self) -> dict[str, ModelStats]:
         out = {}
         for name, client in self._clients.items():
             stats = client.statistics()
+            extra: dict[str, Any] = {}
             if self._unreadable[name]:
-                stats = dataclasses.replace(stats, unreadable=self._unreadable[name])
-            out[name] = stats
+                extra["unreadable"] = self._unreadable[name]
+            if self._shared[name]:
+                extra["shared"] = self._shared[name]
+            if name in self._audit:
+                extra["audit"] = tuple((d, o, g, n) for (d, o, g), n
+                                       in self._audit[name].items())
+            out[name] = dataclasses.replace(stats, **extra) if extra else stats
         return out
 
     async def aclose(self) -> None:

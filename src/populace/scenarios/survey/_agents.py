@@ -202,23 +202,39 @@ class Respondent(Persona):
                 condition, _ = _condition(q.ask_if)
                 if not holds(condition, self.known):
                     continue
-            seed = seed_for(plan.bases[wave][i], self.id)
-            k = len(q.options) if q.type != "open" else 0
-            shown = _order(k, seed ^ 0x5F1E) if q.shuffled else list(range(k))
-            call = _Call()
+            note = notes.get(qid)
+            ask = functools.partial(self._ask_one, q, i + 1, len(wave_ids), note, wave + 1)
             error = None
             try:
-                if self.reads:
-                    value, raw = await self._read(q, i + 1, len(wave_ids), shown, seed,
-                                                  notes.get(qid), call, wave + 1)
-                else:
-                    value, raw = await self._draw(q, shown, seed, call)
+                (value, raw, shown, call, turn), own = await self.sampled(
+                    qid, (wave, i, note), plan.bases[wave][i], wave + 1, ask,
+                    functools.partial(_audited, q))
             except ModelError as e:
-                value, raw, error = None, "", f"{type(e).__name__}: {e}"
+                shown = _shown(q, seed_for(plan.bases[wave][i], self.id))
+                value, raw, call, turn, own = None, "", _Call(), None, True
+                error = f"{type(e).__name__}: {e}"
+            if not own:  # one of the archetype's answers: its calls are not this agent's
+                call = _Call()
+            if turn is not None and plan.memory:
+                self.history.append(turn)
             if error is None and value is None and q.type != "open":
                 self.note_unreadable()  # also a row with valid false
             self._keep(out, index, q, shown, value, raw, call, error)
         return out.packed()
+
+    async def _ask_one(self, q: Question, number: int, of: int, note: str | None, step: int,
+                       shared: bool, seed: int) -> tuple[Any, str, list[int], _Call,
+                                                         tuple[str, str] | None]:
+        """One question asked (its calls made, nothing kept): ``(value, raw, shown order,
+        calls, the conversation's turn)``; ``shared``: with the archetype's prompt."""
+        shown = _shown(q, seed)
+        call = _Call()
+        if not self.reads:
+            value, raw = await self._draw(q, shown, seed, call)
+            return value, raw, shown, call, None
+        value, raw, turn = await self._read(q, number, of, shown, seed, note, call, step,
+                                            shared)
+        return value, raw, shown, call, turn
 
     def _keep(self, out: Answers, index: int, q: Question, shown: list[int], value: Any,
               raw: str, call: _Call, error: str | None) -> None:
@@ -277,17 +293,24 @@ class Respondent(Persona):
         return True, text  # an open answer: the text is the answer
 
     async def _read(self, q: Question, number: int, of: int, shown: list[int], seed: int,
-                    note: str | None, call: _Call, step: int) -> tuple[Any, str]:
+                    note: str | None, call: _Call, step: int, shared: bool = False
+                    ) -> tuple[Any, str, tuple[str, str]]:
         """Ask a model that reads prompts (at ``step``, the wave's); re-ask once when the
-        reply is not an answer."""
+        reply is not an answer. ``shared``: the archetype's prompt (its persona, no memory,
+        no conversation). Returns the value, the raw replies and the conversation's turn."""
         plan = self.plan
         asked = question_message(q, number, of, shown, note)
-        messages: list[ChatMessage] = [{"role": "system", "content": self._system()}]
-        if self._memory:  # what it was told since (a message, an intervention)
-            messages.append({"role": "system", "content": await self.recall(step, seed)})
-        for question, reply in self.history:
-            messages.append({"role": "user", "content": question})
-            messages.append({"role": "assistant", "content": reply})
+        if shared:
+            messages: list[ChatMessage] = [{"role": "system", "content": (
+                f"{plan.questionnaire.instructions.strip()}\n\n{self.archetype_text()}")}]
+        else:
+            messages = [{"role": "system", "content": self._system()}]
+            if self._memory:  # what it was told since (a message, an intervention)
+                messages.append({"role": "system",
+                                 "content": await self.recall(step, seed)})
+            for question, reply in self.history:
+                messages.append({"role": "user", "content": question})
+                messages.append({"role": "assistant", "content": reply})
         messages.append({"role": "user", "content": asked})
         fmt = response_format(q) if plan.use_json() else None
         text = await self._ask(messages, seed, fmt, call)
@@ -307,9 +330,7 @@ class Respondent(Persona):
                                         if plan.use_json() else None, call)
                 value = parse_choice(coded, range(len(q.options)), q.options)
                 raw = f"{raw}\n---\n{coded}"
-        if plan.memory:
-            self.history.append((asked, text))
-        return value, raw
+        return value, raw, (asked, text)
 
     def get_state(self) -> Any:
         """The remembered answers (in :attr:`Plan.remembered_order`), the conversation and,
@@ -331,6 +352,23 @@ class Respondent(Persona):
         self.known = dict(zip(self.plan.remembered_order, known, strict=True))
         self.history = [(q, a) for q, a in history]
         super().set_state(state[2] if len(state) > 2 else None)
+
+
+def _shown(q: Question, seed: int) -> list[int]:
+    """The order in which ``q``'s options are shown to the respondent of ``seed``."""
+    k = len(q.options) if q.type != "open" else 0
+    return _order(k, seed ^ 0x5F1E) if q.shuffled else list(range(k))
+
+
+def _audited(q: Question, outcome: tuple[Any, ...]) -> Any:
+    """What the audit compares of an answer: an option's label, a number, the labels
+    chosen (joined by "|"), an open answer's text; None when unreadable."""
+    value, raw = outcome[0], outcome[1]
+    if value is None:
+        return None
+    if q.type == "multi_choice":
+        return "|".join(o for j, o in enumerate(q.options) if value >> j & 1)
+    return _answer_value(q, value, raw)
 
 
 def _parse(q: Question, text: str, shown: list[int]) -> Any:

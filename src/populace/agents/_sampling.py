@@ -1,0 +1,165 @@
+"""Archetype sampling and its audit: a decision asked once per archetype instead of once
+per agent, with a seeded share of agents asked individually too, so that every step says
+how far the archetypes' answers are from the agents' own.
+
+An *archetype* is the agents of a worker alike in the ``by`` columns of the model's
+``sampling:`` (for one decision, under one shared prompt). Its prompt shows only those
+columns and no individual memory; it is answered ``samples`` times (seeds derived from the
+prompt's key, so the same on any number of workers), and each member takes one of those
+answers by its own seed. Members of one archetype on two workers get their answers from
+the same samples: only the calls are repeated.
+
+The audit compares, over the audited agents, the distribution of their own answers with
+that of the answers their archetypes gave them: total variation (and Jensen–Shannon) for
+categories, Wasserstein-1 for numbers, each with a bootstrap interval over the audited
+agents (the basic bootstrap, which corrects the plug-in distance's upward bias: two
+samples of one distribution are never at distance 0).
+
+>>> from collections import Counter
+>>> pairs = Counter({("yes", "yes"): 60, ("no", "no"): 30, ("yes", "no"): 10})
+>>> d = divergence(pairs, seed=1)
+>>> d["audited"], d["tv"]
+(100, 0.1)
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from populace.core import derive_seed, unit_float
+
+#: Bootstrap resamples of an audit.
+RESAMPLES = 400
+_AUDIT = 0xA0D17
+
+
+def audited(base: int, agent: int, share: float) -> bool:
+    """Whether ``agent`` is audited for the decision of seed ``base`` (a share ``share``
+    of agents, seeded)."""
+    return share > 0 and unit_float(derive_seed(base, _AUDIT, agent)) < share
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def divergence(pairs: Mapping[tuple[Any, Any], int], *, seed: int = 0,
+               resamples: int = RESAMPLES) -> dict[str, Any]:
+    """How far the mode's answers (second of each pair) are from the agents' own (first),
+    over the audited agents: ``audited``; for numbers ``wasserstein``, else ``tv`` and
+    ``jsd`` (bits); ``low``/``high``: a 95% interval of the distance (numbers: bootstrap;
+    categories: the distance's range over a simultaneous band of the shares' differences).
+    An answer that could not be read (None) is a category of its own."""
+    items = [(own, given, n) for (own, given), n in pairs.items() if n > 0]
+    total = sum(n for *_, n in items)
+    out: dict[str, Any] = {"audited": total}
+    if not total:
+        return out
+    numeric = all(_number(o) is not None and _number(g) is not None for o, g, _ in items)
+    weights = np.array([n for *_, n in items], dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    boot = rng.multinomial(total, weights / total, size=resamples).astype(np.float64)
+    if numeric:
+        own = np.array([_number(o) for o, _, _ in items])
+        given = np.array([_number(g) for _, g, _ in items])
+        stat = _wasserstein(own, given, weights[None, :])[0]
+        again = _wasserstein(own, given, boot)
+        out["wasserstein"] = round(float(stat), 6)
+    else:
+        labels = sorted({repr(v) for o, g, _ in items for v in (o, g)})
+        where = {label: i for i, label in enumerate(labels)}
+        to_own = np.zeros((len(items), len(labels)))
+        to_given = np.zeros((len(items), len(labels)))
+        for i, (o, g, _) in enumerate(items):
+            to_own[i, where[repr(o)]] = 1
+            to_given[i, where[repr(g)]] = 1
+        p, q = (weights @ to_own) / total, (weights @ to_given) / total
+        stat = 0.5 * float(np.abs(p - q).sum())
+        # A distance is biased upwards and bounded below by 0, where bootstrap intervals
+        # of it under-cover. Instead: a simultaneous 95% band for the differences of the
+        # shares, d_c = p_c - q_c (its width from the resamples' largest studentised
+        # deviation), and the distance's least and largest values over the band.
+        gap = p - q
+        again = (boot @ to_own - boot @ to_given) / total
+        spread = again.std(axis=0)
+        varies = spread > 0  # a share no resample moves has no margin
+        studentised = np.abs(again - gap)[:, varies] / spread[varies]
+        width = float(np.quantile(studentised.max(axis=1), 0.95)) if varies.any() else 0.0
+        margin = width * spread
+        out["tv"] = round(stat, 6)
+        out["jsd"] = round(_jsd(p, q), 6)
+        out["low"] = round(0.5 * float(np.maximum(np.abs(gap) - margin, 0).sum()), 6)
+        out["high"] = round(min(1.0, 0.5 * float((np.abs(gap) + margin).sum())), 6)
+        return out
+    high = float(np.quantile(again, 0.975))
+    # from the basic interval's low end (the resamples' spread mirrored about the
+    # estimate, which takes the bias off) to the percentile interval's high end
+    out["low"] = round(max(0.0, 2 * float(stat) - high), 6)
+    out["high"] = round(max(float(stat), high), 6)
+    return out
+
+
+def _wasserstein(own: np.ndarray, given: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Wasserstein-1 between the weighted distributions of ``own`` and ``given`` (one per
+    row of ``weights``): the area between their distribution functions."""
+    points = np.unique(np.concatenate([own, given]))
+    if len(points) < 2:
+        return np.zeros(len(weights))
+    a = np.searchsorted(points, own)
+    b = np.searchsorted(points, given)
+    k = len(points)
+    total = weights.sum(axis=1, keepdims=True)
+    cdf_own = np.zeros((len(weights), k))
+    cdf_given = np.zeros((len(weights), k))
+    np.add.at(cdf_own.T, a, weights.T)
+    np.add.at(cdf_given.T, b, weights.T)
+    gap = np.abs(np.cumsum(cdf_own - cdf_given, axis=1)[:, :-1]) / total
+    return np.asarray(gap @ np.diff(points))
+
+
+def _jsd(p: np.ndarray, q: np.ndarray) -> float:
+    m = 0.5 * (p + q)
+
+    def kl(a: np.ndarray) -> float:
+        keep = a > 0
+        return float((a[keep] * np.log2(a[keep] / m[keep])).sum())
+
+    return 0.5 * kl(p) + 0.5 * kl(q)
+
+
+def step_divergences(pairs: Counter[tuple[str, Any, Any]], *, seed: int = 0
+                     ) -> dict[str, dict[str, Any]]:
+    """:func:`divergence` per decision of one model's audited pairs."""
+    by: dict[str, Counter[tuple[Any, Any]]] = {}
+    for (decision, own, given), n in pairs.items():
+        by.setdefault(decision, Counter())[own, given] += n
+    return {d: divergence(p, seed=derive_seed(seed, i))
+            for i, (d, p) in enumerate(sorted(by.items()))}
+
+
+def sampling_report(audit_before: Mapping[str, Counter[tuple[str, Any, Any]]],
+                    shared_before: Mapping[str, int],
+                    audit_now: Mapping[str, Counter[tuple[str, Any, Any]]],
+                    shared_now: Mapping[str, int], *, seed: int = 0
+                    ) -> dict[str, dict[str, Any]]:
+    """A step's archetype sampling per model, from the models' counters before and after
+    it (:func:`~populace.llm.audits` and the ``shared`` statistic): ``shared`` (decisions
+    answered by an archetype's samples) and, per decision, :func:`divergence` of the
+    step's audited pairs. Models that sampled nothing are left out."""
+    out: dict[str, dict[str, Any]] = {}
+    for model in sorted({*audit_now, *shared_now}):
+        shared = shared_now.get(model, 0) - shared_before.get(model, 0)
+        pairs = audit_now.get(model, Counter()) - audit_before.get(model, Counter())
+        if shared or pairs:
+            out[model] = {"shared": shared,
+                          "decisions": step_divergences(pairs, seed=seed)}
+    return out

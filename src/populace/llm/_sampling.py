@@ -1,0 +1,83 @@
+"""``sampling:`` of a model: whether the persona decisions it answers are asked of every
+agent (``individual``) or once per archetype (``archetype``), with a seeded share of agents
+audited individually. The data only: the persona agent (:mod:`populace.agents`) carries it
+out, and the launcher reports the audit's divergence per step.
+
+```yaml
+models:
+  scripted:
+    provider: scripted
+    sampling: {mode: archetype, by: [education, age_band], samples: 16, audit: 0.02}
+```
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from populace._strict import StrictModel
+
+Mode = Literal["individual", "archetype"]
+
+
+class SamplingConfig(StrictModel):
+    """How a model's persona decisions are sampled (see the module docstring)."""
+
+    mode: Mode = Field("archetype", description="individual: one call per agent and "
+                       "decision; archetype: agents alike in the `by` columns share one "
+                       "prompt, answered `samples` times, each member drawing one answer")
+    by: list[str] = Field(default_factory=list, description="profile columns that make an "
+                          "archetype (the prompt shows only these)")
+    samples: int = Field(16, strict=True, ge=1, le=1024, description="answers drawn per "
+                         "archetype and decision (calls, or one request for n answers with "
+                         "coalesce: true)")
+    audit: float = Field(0.02, ge=0, le=1, description="seeded share of agents also asked "
+                         "individually; their two answers give the divergence per step")
+    fallback: float | None = Field(None, gt=0, le=1, description="a decision whose audited "
+                                   "distance (TV, or Wasserstein over the range) has its "
+                                   "interval above this is asked individually from then on")
+    decisions: dict[str, Mode] = Field(default_factory=dict, description="a mode per "
+                                       "decision name, overriding `mode`")
+
+    @model_validator(mode="after")
+    def _needs_columns(self) -> SamplingConfig:
+        uses = self.mode == "archetype" or "archetype" in self.decisions.values()
+        if uses and not self.by:
+            raise ValueError("by: archetype mode needs the profile columns that make an "
+                             "archetype (e.g. by: [age_band, education])")
+        if len(set(self.by)) != len(self.by):
+            raise ValueError(f"by: columns must be distinct, got {self.by}")
+        return self
+
+    def mode_of(self, decision: str) -> Mode:
+        """The mode of ``decision`` (its own, else :attr:`mode`)."""
+        return self.decisions.get(decision, self.mode)
+
+
+def sampling_field() -> Any:
+    """The ``sampling:`` key every model config has (none: every agent is asked)."""
+    return Field(None, description="archetype sampling with an individual audit (default: "
+                 "every agent asked)")
+
+
+#: One audited pair count: (decision, individual answer, the mode's answer, count).
+AuditRow = tuple[str, Any, Any, int]
+
+
+def audits(workers: Iterable[Iterable[Any]]) -> dict[str, Counter[tuple[str, Any, Any]]]:
+    """Per model, the audited answer pairs summed over workers' resource statistics
+    (cumulative: subtract an earlier reading for a step's)."""
+    from ._base import model_stats
+
+    out: dict[str, Counter[tuple[str, Any, Any]]] = {}
+    for resources in workers:
+        for m in model_stats(resources):
+            if m.audit:
+                acc = out.setdefault(m.model, Counter())
+                for decision, own, given, n in m.audit:
+                    acc[decision, own, given] += n
+    return out
