@@ -9,6 +9,12 @@ its stale entry is skipped; the index is rebuilt, in one vectorised pass, when t
 grows past an eighth of the positions.
 
 Results are ordered by distance, then id, so they do not depend on the order of moves.
+
+Queries for many points at once (:meth:`Map2D.nearby_many`, :meth:`Map2D.k_nearest_many`)
+use a KD-tree of the positions instead (``scipy.spatial.cKDTree``, built when first needed
+after a change): measured against a vectorised walk of the grid, it found every agent's
+neighbours among a million 2-3x faster. They return CSR-style arrays, ``indptr`` and
+``indices``: the ids found for point ``i`` are ``indices[indptr[i]:indptr[i + 1]]``.
 """
 
 from __future__ import annotations
@@ -24,10 +30,14 @@ import numpy.typing as npt
 from ._listeners import ErrorLog, ListenerError, Subscription, call_listener
 
 IdArray = npt.NDArray[np.int64]
+#: ``(indptr, indices)``: the ids found for query ``i`` are ``indices[indptr[i]:indptr[i+1]]``.
+Rows = tuple[npt.NDArray[np.int64], IdArray]
 RangeListener = Callable[[int, int], Any]
 
 _MAX_ID = 1 << 31
 _EMPTY: IdArray = np.empty(0, dtype=np.int64)
+#: Query points per KD-tree pass of nearby_many (bounds the pairs held at once).
+_CHUNK = 1 << 18
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +72,12 @@ class Watch(Subscription):
     def members(self) -> IdArray:
         """Ids within ``radius`` of the center (the center excluded), ascending."""
         return np.array(sorted(self._members), dtype=np.int64)
+
+
+def _distinct(ids: IdArray) -> bool:
+    seen = np.zeros(int(ids.max()) + 1, dtype=bool)
+    seen[ids] = True
+    return int(np.count_nonzero(seen)) == len(ids)
 
 
 def _ids(ids: Any) -> IdArray:
@@ -119,6 +135,11 @@ class Map2D:
         self._n_rebuilds = 0
         self._n_queries = 0
         self._n_moves = 0
+        # The KD-tree of the many-point queries, the ids of its rows, and the value of
+        # _n_moves it was built at (every change to positions counts a move).
+        self._kd: Any = None
+        self._kd_ids: IdArray = _EMPTY
+        self._kd_at = -1
 
     # -- bookkeeping -------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -443,6 +464,149 @@ class Map2D:
                     return ids[:k]
             half = 2 * half + 1
 
+    # -- many points at once -----------------------------------------------------------------
+    def _tree(self) -> tuple[Any, IdArray]:
+        """The KD-tree of the positions now, and the id of each of its rows."""
+        if self._kd is None or self._kd_at != self._n_moves:
+            from scipy.spatial import cKDTree  # a second to import: only when needed
+
+            ids = self.ids()
+            self._kd = cKDTree(np.column_stack((self._x[ids], self._y[ids])), leafsize=64,
+                               balanced_tree=False, compact_nodes=False)
+            self._kd_ids = ids
+            self._kd_at = self._n_moves
+        return self._kd, self._kd_ids
+
+    def _points(self, points: Any) -> tuple[npt.NDArray[np.float64], IdArray | None]:
+        """Query points as an (n, 2) array, and the ids they are the positions of (when
+        ``points`` is a 1-D array of ids on the map)."""
+        pts = np.asarray(points)
+        if pts.ndim == 1 and (pts.size == 0 or np.issubdtype(pts.dtype, np.integer)):
+            asked = _ids(pts)
+            if asked.size and (int(asked.max()) >= len(self._cell)
+                               or not np.all(self._cell[asked] >= 0)):
+                raise KeyError("some ids are not on the map")
+            return np.column_stack((self._x[asked], self._y[asked])), asked
+        pts = pts.astype(np.float64, copy=False)
+        if pts.ndim != 2 or pts.shape[1] != 2:
+            raise ValueError("points must be an (n, 2) array of x, y (np.column_stack((xs, "
+                             f"ys)) makes one) or a 1-D array of ids, got shape {pts.shape}")
+        if not np.isfinite(pts).all():
+            raise ValueError("query points must be finite")
+        return pts, None
+
+    def _exclusions(self, exclude: Any, n: int) -> IdArray | None:
+        if exclude is None:
+            return None
+        out = np.asarray(exclude)
+        if out.shape != (n,) or (n and not np.issubdtype(out.dtype, np.integer)):
+            raise ValueError(f"exclude must hold one integer id per point ({n}), got "
+                             f"{out.dtype} with shape {out.shape}")
+        return out.astype(np.int64, copy=False)
+
+    def nearby_many(self, points: Any, radius: float, *, exclude: Any = None) -> Rows:
+        """:meth:`nearby` for many points at once: ``(indptr, indices)``, where the ids
+        within ``radius`` of point ``i`` are ``indices[indptr[i]:indptr[i + 1]]``, in
+        ascending order (:meth:`nearby` orders by distance).
+
+        ``points`` is an ``(n, 2)`` array of positions, or a 1-D array of ids on the map
+        (their positions: the fast way to ask for the neighbours of many agents).
+        ``exclude`` leaves out one id per point (typically the askers' own ids).
+
+        >>> m = Map2D(10.0, 10.0, cell_size=1.0)
+        >>> m.place_many([0, 1, 2], [1.0, 2.0, 9.0], [1.0, 1.0, 9.0])
+        >>> indptr, indices = m.nearby_many([0, 2], 1.5, exclude=[0, 2])
+        >>> indptr.tolist(), indices.tolist()
+        ([0, 1, 1], [1])
+        """
+        if not radius >= 0:
+            raise ValueError(f"radius must be >= 0, got {radius}")
+        pts, asked = self._points(points)
+        n = len(pts)
+        skip = self._exclusions(exclude, n)
+        self._n_queries += n
+        if not n or not self._n:
+            return np.zeros(n + 1, dtype=np.int64), _EMPTY
+        tree, ids = self._tree()
+        if asked is not None and 4 * n >= len(ids) and _distinct(asked):
+            return self._nearby_of(tree, ids, asked, radius, skip)
+        from scipy.sparse import csr_matrix
+        from scipy.spatial import cKDTree
+
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        parts: list[IdArray] = []
+        for lo in range(0, n, _CHUNK):
+            block = pts[lo:lo + _CHUNK]
+            found = cKDTree(block, leafsize=64, balanced_tree=False, compact_nodes=False
+                            ).sparse_distance_matrix(tree, radius, output_type="ndarray")
+            rows, cols = found["i"], found["j"]
+            if skip is not None:
+                keep = ids[cols] != skip[lo + rows]
+                rows, cols = rows[keep], cols[keep]
+            # Grouped by row and ascending within rows, by a counting sort (scipy's CSR).
+            grouped = csr_matrix((np.ones(len(rows), dtype=bool), (rows, cols)),
+                                 shape=(len(block), len(ids)))
+            grouped.sort_indices()
+            indptr[lo + 1:lo + len(block) + 1] = grouped.indptr[1:] + indptr[lo]
+            parts.append(ids[grouped.indices])
+        return indptr, (np.concatenate(parts) if len(parts) > 1 else parts[0])
+
+    def _nearby_of(self, tree: Any, ids: IdArray, asked: IdArray, radius: float,
+                   skip: IdArray | None) -> Rows:
+        """:meth:`nearby_many` of many distinct ids on the map: every pair of positions
+        within ``radius`` in one pass of the tree (4x faster than a query per point once
+        the askers are a large share of the map), kept for the askers' rows."""
+        from scipy.sparse import csr_matrix
+
+        pairs = tree.query_pairs(radius, output_type="ndarray")  # (a, b), a < b: tree rows
+        rows_of = np.full(len(ids), -1, dtype=np.int64)  # tree row -> query row
+        mine = np.searchsorted(ids, asked)
+        rows_of[mine] = np.arange(len(asked))
+        a = np.concatenate((pairs[:, 0], pairs[:, 1]))
+        b = np.concatenate((pairs[:, 1], pairs[:, 0]))
+        own = skip is not None and np.array_equal(skip, asked)
+        if not own:  # each asker is within the radius of itself
+            a = np.concatenate((a, mine))
+            b = np.concatenate((b, mine))
+        rows = rows_of[a]
+        keep = rows >= 0
+        rows, cols = rows[keep], b[keep]
+        if skip is not None and not own:
+            keep = ids[cols] != skip[rows]
+            rows, cols = rows[keep], cols[keep]
+        grouped = csr_matrix((np.ones(len(rows), dtype=bool), (rows, cols)),
+                             shape=(len(asked), len(ids)))
+        grouped.sort_indices()
+        return grouped.indptr.astype(np.int64), ids[grouped.indices]
+
+    def k_nearest_many(self, points: Any, k: int, *, exclude: Any = None) -> Rows:
+        """:meth:`k_nearest` for many points at once (positions or ids, as for
+        :meth:`nearby_many`): ``(indptr, indices)``, each row nearest first (fewer than
+        ``k`` when the map holds fewer). Ties at equal distance may come in either order
+        (:meth:`k_nearest` puts the smaller id first)."""
+        if k < 0:
+            raise ValueError(f"k must be >= 0, got {k}")
+        pts, _ = self._points(points)
+        n = len(pts)
+        skip = self._exclusions(exclude, n)
+        self._n_queries += n
+        if not n or not k or not self._n:
+            return np.zeros(n + 1, dtype=np.int64), _EMPTY
+        tree, ids = self._tree()
+        ask = min(k + (skip is not None), len(ids))
+        _, cols = tree.query(pts, k=ask)
+        cols = cols.reshape(n, ask)
+        found = ids[cols]
+        keep = np.ones(found.shape, dtype=bool)
+        if skip is not None:
+            keep &= found != skip[:, None]
+        # At most k per row: the first k kept (an excluded id that was not found makes
+        # the row's extra neighbour go).
+        keep &= np.cumsum(keep, axis=1) <= k
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(keep.sum(axis=1), out=indptr[1:])
+        return indptr, found[keep]
+
     # -- watches -----------------------------------------------------------------------------
     def watch(self, center: int, radius: float, on_enter: RangeListener | None = None,
               on_leave: RangeListener | None = None) -> Watch:
@@ -533,6 +697,7 @@ class Map2D:
         self._cell[:] = -1
         self._n = 0
         self._stale = True
+        self._kd = None
         ids = _ids(state["ids"])
         if ids.size:
             x, y = self._coords(ids, state["x"], state["y"])
