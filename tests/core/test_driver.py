@@ -275,3 +275,32 @@ async def test_agents_share_timers() -> None:
     # All six start within microseconds: one bucket, two if they straddle a boundary.
     assert len({id(s) for s in signals}) <= 2
     assert all(s.done() for s in signals)
+
+
+async def test_stopping_cancels_calls_waiting_on_io_while_the_loop_runs() -> None:
+    """A call waiting on an asyncio future (an HTTP request's Task) when the simulation stops
+    is cancelled at the stop, its cleanup running on the live loop, and the Task it awaited
+    cancelled with it; never left for the garbage collector after the loop closed."""
+    loop = asyncio.get_running_loop()
+    seen: list[str] = []
+    tasks: list[asyncio.Task[None]] = []
+
+    async def body(agent: Runs) -> None:
+        task = asyncio.create_task(asyncio.sleep(3600))
+        tasks.append(task)
+        try:
+            await task
+        except asyncio.CancelledError:
+            seen.append(f"cancelled on a running loop: {asyncio.get_running_loop() is loop}")
+            task.cancel()
+            raise
+
+    sim = await Simulation().start()
+    group = await sim.create(Runs, 3)
+    pending = group.map(Runs.reply, Msg("test", body))
+    await asyncio.sleep(0.01)
+    assert not pending.done() and len(tasks) == 3
+    await sim.stop()
+    assert seen == ["cancelled on a running loop: True"] * 3
+    await asyncio.sleep(0)
+    assert all(t.cancelled() for t in tasks)

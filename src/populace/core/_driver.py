@@ -237,6 +237,7 @@ class Call:
         elif getattr(awaited, "_asyncio_future_blocking", None) is not None:
             awaited._asyncio_future_blocking = False
             awaited.add_done_callback(self._wake)
+            _on_futures[self] = awaited
         else:
             self.coro.close()
             self.sink._failed(
@@ -247,4 +248,55 @@ class Call:
     __call__ = step
 
     def _wake(self, _future: Any) -> None:
+        if _on_futures.pop(self, None) is None:
+            return  # ended (end_calls) after its future finished, before this ran
         self.step()
+
+    def _end(self) -> None:
+        """Cancel the coroutine where it waits (its ``except``/``finally`` blocks run now, on
+        a loop still running) and close it if it waits again; its outcome is the sink's."""
+        outer = Driving.call
+        Driving.call = self
+        try:
+            try:
+                awaited = self.coro.throw(asyncio.CancelledError())
+            except StopIteration as stop:
+                self.sink._complete(self.slot, stop.value)
+                return
+            except KeyboardInterrupt:
+                raise
+            except BaseException as error:
+                self.sink._failed(self.slot, error)
+                return
+            if isinstance(awaited, asyncio.Future):
+                awaited.cancel()  # a wait started while cancelled (a Task of its own)
+            try:
+                self.coro.close()
+            except KeyboardInterrupt:
+                raise
+            except BaseException as error:  # it ignored GeneratorExit too
+                self.sink._failed(self.slot, error)
+                return
+            self.sink._failed(self.slot, asyncio.CancelledError())
+        finally:
+            Driving.call = outer
+
+
+#: Driven calls parked on an asyncio future (a Task doing I/O, a queue's future), with it.
+#: Only these can outlive a stop holding the loop's resources, so only these are listed:
+#: calls parked on Populace's own awaitables cost nothing extra.
+_on_futures: dict[Call, Any] = {}
+
+
+def end_calls(owned: Callable[[Call], bool]) -> int:
+    """Cancel the driven calls that wait on an asyncio future and that ``owned(call)``
+    accepts, now, while their loop runs: a stopped worker's calls in flight (an LLM request,
+    a queue) run their cleanup instead of being closed by the garbage collector after the
+    loop closed — which printed a traceback per call and left their Tasks pending. Returns
+    how many were ended."""
+    ended = [c for c in _on_futures if owned(c)]
+    for call in ended:
+        future = _on_futures.pop(call)
+        future.remove_done_callback(call._wake)
+        call._end()
+    return len(ended)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._agent import Agent, PerWorker, Profile
-from ._driver import Call
+from ._driver import Call, end_calls
 from ._placeholder import Placeholder, PlaceholderSet
 from ._walk import find, replace
 
@@ -418,6 +418,9 @@ class Worker:
     async def aclose(self) -> None:
         """Release per-worker resources (those with an ``aclose`` or ``close`` method)."""
         self._closed = True  # slices of group requests not started yet never start
+        # Calls waiting on I/O end first, while the clients they use are still open (closed
+        # first, a call's retry would open a new one) and the loop still runs.
+        end_calls(lambda call: getattr(call.sink, "worker", None) is self)
         resources, self._resources = self._resources, {}
         for _spec, obj in resources.values():
             closer = getattr(obj, "aclose", None)
