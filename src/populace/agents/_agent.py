@@ -304,7 +304,8 @@ class Persona(Agent):
         ``shared=True`` with its archetype's (:meth:`archetype_text`, no individual
         memory; everything else that prompt depends on must be in ``key``). ``base`` is the
         decision's seed (the agent's is ``seed_for(base, id)``); ``value(outcome)`` is what
-        the audit compares (a label or a number; None when unreadable).
+        the audit compares (a label or a number; None when unreadable; a mapping of parts
+        to such values is audited per part, as ``decision=part``).
 
         ``own`` is False when the outcome is one of the archetype's samples, shared with
         other members (treat it as read-only, and its calls as not this agent's).
@@ -334,7 +335,12 @@ class Persona(Agent):
         if not audited(base, int(self.id), sampling.audit):
             return got, False
         own = await ask(False, seed)  # the audit: asked individually too, and kept
-        models.count_audit(name, decision, value(own), value(got))
+        mine, theirs = value(own), value(got)
+        if isinstance(mine, Mapping):  # one pair per part (a multi-choice: per option)
+            for part, v in mine.items():
+                models.count_audit(name, f"{decision}={part}", v, theirs.get(part))
+        else:
+            models.count_audit(name, decision, mine, theirs)
         return own, True
 
     # -- deciding ---------------------------------------------------------------------------

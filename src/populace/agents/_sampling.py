@@ -59,7 +59,9 @@ def divergence(pairs: Mapping[tuple[Any, Any], int], *, seed: int = 0,
     ``jsd`` (bits); ``low``/``high``: a 95% interval of the distance (numbers: bootstrap;
     categories: the distance's range over a simultaneous band of the shares' differences).
     An answer that could not be read (None) is a category of its own."""
-    items = [(own, given, n) for (own, given), n in pairs.items() if n > 0]
+    # in a fixed order: the bootstrap's draws must not depend on the order pairs arrived
+    items = sorted(((own, given, n) for (own, given), n in pairs.items() if n > 0),
+                   key=lambda item: (repr(item[0]), repr(item[1])))
     total = sum(n for *_, n in items)
     out: dict[str, Any] = {"audited": total}
     if not total:

@@ -101,7 +101,7 @@ class ConsoleObserver:
             self.console.print(f"already complete: {done:,} of {done:,} steps; nothing to "
                                "run, nothing changed", soft_wrap=True)
             return
-        for line in traffic_lines(summary):
+        for line in [*traffic_lines(summary), *sampling_lines(summary)]:
             self.console.print(line, soft_wrap=True, highlight=False)
         self.warned = warned_steps(summary)
         if self.warned:
@@ -126,6 +126,31 @@ class ConsoleObserver:
             table.add_row(str(e["step"]), *(escape(_cell(e.get(k))) for k in names),
                           f"{e['wall_s']:.2f}")
         return table
+
+
+def sampling_lines(summary: dict[str, Any]) -> list[str]:
+    """One line per model with archetype sampling: the decisions its archetypes answered,
+    and the audit's largest distance (of any step and decision) with its interval."""
+    shared: dict[str, int] = {}
+    worst: dict[str, tuple[float, str, int, dict[str, Any]]] = {}
+    for entry in summary.get("steps") or ():
+        for model, got in (entry.get("sampling") or {}).items():
+            shared[model] = shared.get(model, 0) + got.get("shared", 0)
+            for decision, d in (got.get("decisions") or {}).items():
+                value = d.get("tv", d.get("wasserstein"))
+                if value is not None and (model not in worst or value > worst[model][0]):
+                    worst[model] = (value, decision, entry["step"], d)
+    lines = []
+    for model, n in shared.items():
+        line = f"{model}: {n:,} decisions answered by archetypes"
+        if model in worst:
+            value, decision, step, d = worst[model]
+            kind = "TV" if "tv" in d else "Wasserstein"
+            line += (f"; audit's largest distance {kind} {value:.3f} (95% interval "
+                     f"{d['low']:.3f}-{d['high']:.3f}, {d['audited']:,} audited) for "
+                     f"{decision} at step {step}")
+        lines.append(line)
+    return lines
 
 
 def traffic_lines(summary: dict[str, Any]) -> list[str]:

@@ -267,6 +267,26 @@ def _breakdown_tables(run: RunData) -> list[dict[str, Any]]:
     return out
 
 
+def _sampling_tables(run: RunData) -> list[dict[str, Any]]:
+    """Archetype sampling: per step, model and decision, the audit's distance between the
+    audited agents' own answers and their archetypes' (``summary.json``'s ``sampling``)."""
+    rows = []
+    for e in (run.summary or {}).get("steps", []):
+        for model, got in (e.get("sampling") or {}).items():
+            for decision, d in (got.get("decisions") or {}).items():
+                kind, value = ("TV", d["tv"]) if "tv" in d else \
+                    ("Wasserstein", d.get("wasserstein"))
+                rows.append([str(e["step"]), model, decision[:120], _fmt(d.get("audited")),
+                             kind, _fmt(value), f"{_fmt(d.get('low'))} – {_fmt(d.get('high'))}",
+                             _fmt(got.get("shared"))])
+    if not rows:
+        return []
+    return [{"title": "Archetype sampling: the audit (own answers vs the archetype's, same "
+                      "agents; 95% interval)",
+             "head": ("step", "model", "decision", "audited", "distance", "value",
+                      "interval", "decisions shared"), "rows": rows}]
+
+
 def _managed_tables(run: RunData) -> list[dict[str, Any]]:
     """What was done to the run: interventions carried out (from the steps' entries) and
     interviews held (``interviews.parquet``)."""
@@ -409,7 +429,7 @@ def _run_report(run: RunData, extra_figures: ExtraFigures | None,
     tables = [{"title": "Per step", "head": ("step", *metrics),
                "rows": _step_rows(run, metrics)}, *_breakdown_tables(run),
               *(extra_tables(run) if extra_tables is not None else ()),
-              *_managed_tables(run)]
+              *_sampling_tables(run), *_managed_tables(run)]
     config = yaml.safe_dump(run.config, sort_keys=False, allow_unicode=True) \
         if run.config else None
     path = run.path / "report.html"

@@ -361,14 +361,14 @@ def _shown(q: Question, seed: int) -> list[int]:
 
 
 def _audited(q: Question, outcome: tuple[Any, ...]) -> Any:
-    """What the audit compares of an answer: an option's label, a number, the labels
-    chosen (joined by "|"), an open answer's text; None when unreadable."""
+    """What the audit compares of an answer: an option's label, a number, an open
+    answer's text; None when unreadable. A multi-choice answer is audited per option
+    (chosen or not), as its marginals are reported."""
     value, raw = outcome[0], outcome[1]
-    if value is None:
-        return None
     if q.type == "multi_choice":
-        return "|".join(o for j, o in enumerate(q.options) if value >> j & 1)
-    return _answer_value(q, value, raw)
+        return {o: None if value is None else "chosen" if value >> j & 1 else "not chosen"
+                for j, o in enumerate(q.options)}
+    return None if value is None else _answer_value(q, value, raw)
 
 
 def _parse(q: Question, text: str, shown: list[int]) -> Any:

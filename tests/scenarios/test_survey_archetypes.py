@@ -1,0 +1,133 @@
+"""The survey in archetype mode (examples/survey/archetypes.yaml on the scripted model),
+through the CLI: far fewer calls than respondents' answers, the audit in the summary, the
+console and the report; a replay makes no call and gives the same tables; a run killed
+mid-questionnaire resumes to the tables of an undisturbed one; archetypes that leave out
+what drives the answers show a large distance."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from populace.results import read_summary, read_table
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "survey"
+
+
+def environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR",
+                                                             "RAY_ADDRESS")}
+    env["NO_COLOR"] = "1"
+    return env
+
+
+def populace(*args: str | Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "populace.cli", *map(str, args)],
+                          capture_output=True, text=True, env=environment(), timeout=timeout)
+
+
+def example(tmp: Path, *, waves: bool = False, latency: float = 0.0,
+            **sampling: Any) -> Path:
+    """The example (and its questionnaire) in ``tmp``, with ``sampling`` changed."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    shutil.copy(EXAMPLE / "questionnaire.yaml", tmp)
+    config = yaml.safe_load((EXAMPLE / "archetypes.yaml").read_text())
+    config["agents"] = 1000
+    model = config["models"]["scripted"]
+    model["sampling"].update({"samples": 8, **sampling})
+    model["latency"] = latency
+    if waves:
+        questionnaire = yaml.safe_load((tmp / "questionnaire.yaml").read_text())
+        ids = [q["id"] for q in questionnaire["questions"]]
+        questionnaire["waves"] = [ids[:4], ids[4:7], ids[7:]]
+        (tmp / "questionnaire.yaml").write_text(yaml.safe_dump(questionnaire))
+    path = tmp / "run.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_archetypes_answer_for_a_few_calls_and_the_audit_is_reported(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = populace("run", example(tmp_path, audit=0.05), "--out", out)
+    assert done.returncode == 0, done.stderr
+    summary = read_summary(out)
+    entry = summary["steps"][0]
+    sent = entry["llm"]["scripted"]["sent"]
+    answers = read_table(out, "answers")
+    sampling = entry["sampling"]["scripted"]
+    audited = sum(d["audited"] for q, d in sampling["decisions"].items() if "=" not in q)
+    assert sampling["shared"] == answers.num_rows
+    assert sent < answers.num_rows / 2 and sent >= audited
+    happy = sampling["decisions"]["happy"]
+    assert 20 < happy["audited"] < 90 and happy["low"] <= happy["tv"] <= happy["high"]
+    assert "wasserstein" in sampling["decisions"]["news_hours"]
+    assert {f"news_sources={o}" for o in ("Radio", "Television")} <= set(sampling["decisions"])
+    assert "decisions answered by archetypes; audit's largest distance" in done.stdout
+    # only the archetype's columns reach its prompts
+    calls = [json.loads(line) for p in (out / "llm_calls").glob("*.jsonl")
+             for line in p.read_text().splitlines()]
+    systems = {c["request"]["messages"][0]["content"].split("\n\n")[-1] for c in calls}
+    assert any(s.startswith("About you: age: ") and "region" not in s for s in systems)
+
+    again = tmp_path / "replay"
+    replayed = populace("run", out / "config.yaml", "--replay", out, "--out", again)
+    assert replayed.returncode == 0, replayed.stderr
+    assert read_table(again, "answers").equals(answers)
+    assert read_summary(again)["steps"][0]["llm"]["scripted"]["sent"] == 0
+
+    report = populace("report", out)
+    assert report.returncode == 0, report.stderr
+    assert "Archetype sampling: the audit" in (out / "report.html").read_text()
+
+
+def test_archetypes_blind_to_what_drives_the_answers_show_a_large_distance(
+        tmp_path: Path) -> None:
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    assert populace("run", example(tmp_path / "g", audit=0.3), "--out", good).returncode == 0
+    assert populace("run", example(tmp_path / "b", audit=0.3, by=["region"]), "--out",
+                    bad).returncode == 0
+    tv = {name: read_summary(d)["steps"][0]["sampling"]["scripted"]["decisions"][
+        "trust_science"] for name, d in (("good", good), ("bad", bad))}
+    # education and age left out: a distance whose interval excludes 0
+    assert tv["bad"]["low"] > 0 == tv["good"]["low"] and tv["bad"]["tv"] > tv["good"]["tv"], tv
+
+
+def test_kill_9_mid_questionnaire_then_resume_equals_an_undisturbed_run(
+        tmp_path: Path) -> None:
+    path, out = example(tmp_path / "killed", waves=True, latency=0.3, audit=0.05), \
+        tmp_path / "out"
+    log = tmp_path / "stdout.txt"
+    with log.open("w") as stdout:
+        proc = subprocess.Popen([sys.executable, "-m", "populace.cli", "run", str(path),
+                                 "--out", str(out)], stdout=stdout, stderr=subprocess.DEVNULL,
+                                env=environment())
+    try:
+        deadline = time.monotonic() + 120
+        while "step 1/3:" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.02)
+        time.sleep(0.4)  # inside wave 2
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    done = populace("run", "--resume", out)
+    assert done.returncode == 0, done.stderr
+    assert read_summary(out)["resumed_from_step"] == 1
+    whole = tmp_path / "whole"
+    assert populace("run", example(tmp_path / "w", waves=True, audit=0.05), "--out",
+                    whole).returncode == 0
+    assert read_table(out, "answers").equals(read_table(whole, "answers"))
+    assert [e["sampling"] for e in read_summary(out)["steps"][1:]] == \
+        [e["sampling"] for e in read_summary(whole)["steps"][1:]]
