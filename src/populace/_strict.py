@@ -37,6 +37,9 @@ from pydantic_core import (
 #: The most agents a run (or a population) may have; run files, ``population.size``,
 #: ``game.groups`` and the command line's ``--agents`` and ``--size`` are held to it.
 MAX_AGENTS = 1_000_000_000
+#: The largest seed (a run's, a population's): every draw mixes the seed as a 64-bit integer
+#: (SplitMix64), so a larger one would wrap silently onto a smaller (2**64 ran as seed 0).
+MAX_SEED = 2**64 - 1
 #: The most steps (rounds) of a run.
 MAX_STEPS = 10_000_000
 #: The most workers of a run.

@@ -21,7 +21,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from populace._procmem import PeakMemory
-from populace._strict import MAX_AGENTS, MAX_LATENCY_S, MAX_STEPS, MAX_TIMEOUT_S, MAX_WORKERS
+from populace._strict import (
+    MAX_AGENTS,
+    MAX_LATENCY_S,
+    MAX_SEED,
+    MAX_STEPS,
+    MAX_TIMEOUT_S,
+    MAX_WORKERS,
+)
 from populace.config import read_yaml, validate
 from populace.core import ConfigError, PopulaceError, WorkerLost
 from populace.launch import (
@@ -625,7 +632,8 @@ def population_sample(
     config: Annotated[Path, typer.Argument(help="population file, or a run file with "
                                            "a population: block")],
     seed: Annotated[int | None, typer.Option(
-        min=0, help="override the seed (default: the file's seed; a run file's run seed)")
+        min=0, max=MAX_SEED,
+        help="override the seed (default: the file's seed; a run file's run seed)")
     ] = None,
     size: Annotated[int | None, typer.Option(
         min=1, max=MAX_AGENTS, help="override the size (default: size:; a run file's agents:)")

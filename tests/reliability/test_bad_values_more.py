@@ -414,3 +414,39 @@ async def test_a_pilot_follows_a_population_size_given_for_the_full_run(
                 "settings": {"questionnaire": "questionnaire.yaml"}}
         guess = await estimate(data, tmp_path / "run.yaml")
     assert (guess.agents, guess.pilot_agents) == (300, 50)
+
+
+# -- seeds beyond 64 bits (issue 33) ----------------------------------------------------------
+# Every draw mixes the seed as a 64-bit integer: 2**64 ran as seed 0, 2**64 + 1 as seed 1.
+@pytest.mark.parametrize("text", [
+    SHORT.replace("seed: 1", f"seed: {2**64}"),
+    SHORT.replace("seed: 1", f"seed: {2**64 + 1}") + "scenario: guess_number\n",
+    SURVEY.replace("seed: 1", f"seed: {2**64}") + "settings: {questionnaire: questionnaire.yaml}\n",
+    SOCIAL + f"  seed: {2**70}\n",
+], ids=["game", "game-named", "survey", "population"])
+def test_a_seed_beyond_64_bits_is_refused(tmp_path: Path, capsys: Cap, monkeypatch: Patch,
+                                          text: str) -> None:
+    line = refused(tmp_path, capsys, monkeypatch, text)
+    assert re.match(r"(population\.)?seed: Input should be less than or equal to "
+                    r"18446744073709551615", line), line
+
+
+@pytest.mark.parametrize("args", [
+    ["run", "RUN", "--seed", str(2**64), "--out", "o"],
+    ["population", "sample", "RUN", "--seed", str(2**64), "--out", "p.parquet"],
+    ["backgrounds", "RUN", "--seed", str(2**64 + 1)],
+], ids=["run", "sample", "backgrounds"])
+def test_a_seed_flag_beyond_64_bits_is_refused(tmp_path: Path, capsys: Cap,
+                                               monkeypatch: Patch, args: list[str]) -> None:
+    (tmp_path / "run.yaml").write_text(SHORT)
+    monkeypatch.chdir(tmp_path)
+    line = refused_flags(capsys, monkeypatch, *["run.yaml" if a == "RUN" else a for a in args])
+    assert "--seed" in line and "less than or equal to 18446744073709551615" in line, line
+    assert not (tmp_path / "o").exists() and not (tmp_path / "p.parquet").exists()
+
+
+def test_the_largest_seed_runs(tmp_path: Path, capsys: Cap, monkeypatch: Patch) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text(SHORT.replace("seed: 1", f"seed: {2**64 - 1}"))
+    code, _, stderr = run_in_process(capsys, monkeypatch, "run", path, "--out", tmp_path / "o")
+    assert (code, stderr) == (0, "")

@@ -30,7 +30,14 @@ from typing import Any, Literal
 import pyarrow as pa
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from populace._strict import MAX_AGENTS, MAX_STEPS, MAX_WORKERS, KeepCheckpoints, StrictModel
+from populace._strict import (
+    MAX_AGENTS,
+    MAX_SEED,
+    MAX_STEPS,
+    MAX_WORKERS,
+    KeepCheckpoints,
+    StrictModel,
+)
 from populace.config import format_error, key_text, read_yaml, unknown_key
 from populace.core import ConfigError
 from populace.llm import DummyConfig, ModelConfig, load_factory
@@ -64,7 +71,8 @@ class RunOptions(StrictModel):
 
     scenario: str = Field(min_length=1, description="built-in name, entry point, or file.py:Class")
     name: str = Field("run", min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
-    seed: int = Field(0, strict=True, ge=0, description="one seed for the whole run")
+    seed: int = Field(0, strict=True, ge=0, le=MAX_SEED,
+                      description="one seed for the whole run")
     agents: int = Field(100, strict=True, ge=1, le=MAX_AGENTS, description="number of agents")
     steps: int = Field(1, strict=True, ge=1, le=MAX_STEPS, description="steps (rounds, days, "
                        "ticks) to play; the run file may call them rounds:")

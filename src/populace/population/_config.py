@@ -42,7 +42,7 @@ from pydantic import (
     model_validator,
 )
 
-from populace._strict import MAX_AGENTS, StrictModel
+from populace._strict import MAX_AGENTS, MAX_SEED, StrictModel
 from populace._strict import fail_at as _fail
 from populace.config import load_config, read_yaml, validate
 from populace.core import ConfigError
@@ -325,7 +325,7 @@ class PopulationConfig(StrictModel):
 
     size: int | None = Field(default=None, ge=1, le=MAX_AGENTS,
                              description="number of agents (at most 1,000,000,000)")
-    seed: int | None = Field(default=None, ge=0,
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED,
                              description="sampling seed; the run's seed if unset")
     aspects: dict[str, AspectConfig] = Field(default_factory=dict)
     groups: GroupsConfig | None = None

@@ -19,6 +19,7 @@ from pydantic import (
 
 from populace._strict import (
     MAX_AGENTS,
+    MAX_SEED,
     MAX_STEPS,
     MAX_WORKERS,
     KeepCheckpoints,
@@ -162,7 +163,7 @@ class RunConfig(StrictModel):
 
     scenario: Literal["guess_number"] = "guess_number"
     name: str = Field("guess-number", min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
-    seed: int = Field(0, ge=0, description="one seed for the whole run")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="one seed for the whole run")
     agents: int = Field(1000, ge=1, le=MAX_AGENTS, description="number of participants")
     rounds: int = Field(1, ge=1, le=MAX_STEPS)
     workers: int = Field(1, ge=1, le=MAX_WORKERS,
