@@ -23,13 +23,15 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from populace.core import Placeholder, ServiceHandle, ServiceLost
 
 from ._env import Env, EnvEvent, EventKind
 from ._errors import EnvServedError, ServiceClosed
+from ._map import Map2D
 from ._ops import Op, Reply, SubmitVerbs
+from ._served_map import MapService, serve_map
 from ._service import EnvService, ServiceStats
 
 if TYPE_CHECKING:
@@ -189,9 +191,23 @@ async def _ask(call: asyncio.Future[Any]) -> Any:
         raise closed from error
 
 
+@overload
 async def serve(env: Env, sim: Simulation | None = None, *,
-                max_concurrency: int = 64) -> EnvService | RemoteEnvService:
+                max_concurrency: int = 64) -> EnvService | RemoteEnvService: ...
+
+
+@overload
+async def serve(env: Map2D, sim: Simulation | None = None, *,
+                max_concurrency: int = 64) -> MapService: ...
+
+
+async def serve(env: Env | Map2D, sim: Simulation | None = None, *,
+                max_concurrency: int = 64) -> EnvService | RemoteEnvService | MapService:
     """Serve ``env`` to the agents of ``sim``: remote on the Ray backend, local otherwise.
+
+    ``env`` may also be a :class:`Map2D`: the result is then a :class:`MapService`, the
+    map's methods as coroutines, the caller's own map on the local backend and a copy in
+    an actor of its own on Ray (``max_concurrency`` does not apply).
 
     Locally the returned :class:`EnvService` owns ``env`` itself, so the ``Env`` object stays
     usable (though writes to it bypass the service's per-key queues). On a remote backend the
@@ -206,6 +222,8 @@ async def serve(env: Env, sim: Simulation | None = None, *,
     >>> people = await sim.create(Person, 10_000,
     ...                           init={"env": PerWorker(EnvClient, service)})  # doctest: +SKIP
     """
+    if isinstance(env, Map2D):
+        return await serve_map(env, sim.backend if sim is not None else None)
     if env._served is not None:
         raise env._refuse("serve")
     if sim is None or not sim.backend.remote:
