@@ -19,6 +19,7 @@ counter). Written against the documented Scenario API, in three ways, run side b
   learners' day set with one ``update_many(..., at=)``.
 
 The tables must be identical between the ways (the script compares them and says so).
+``--throughput`` measures the environment service alone instead (below).
 Each way is one ``populace run`` in a child process; its peak memory is the whole process
 tree's (Ray's processes included), PSS. Prints one JSON line per way: seconds per day (the
 step's own work, ``day_s``, and with the checkpoint after it, ``wall_s``), key operations
@@ -27,11 +28,21 @@ through the environment per second of the day, the peak memory::
     .venv/bin/python benchmarks/environment_scale.py --agents 100000 --days 4
     .venv/bin/python benchmarks/environment_scale.py --agents 1000000 --days 4 --backend ray \\
         --workers 2 --ways merged,columnar
+
+``--throughput``: key operations per second through the service (a Ray actor with
+``--backend ray``), ``--agents`` keys: every agent adds one to its own key per round through
+its worker's ``EnvClient``, without and with merging (net of an idle round, best of 3);
+then the central process adds one to every key with one ``incr_many`` of the keys' names,
+and to every element of an array key with one ``incr_many(..., at=)``::
+
+    .venv/bin/python benchmarks/environment_scale.py --throughput --agents 1000000 \\
+        --backend ray --workers 2 [--shards 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 import subprocess
@@ -43,8 +54,8 @@ from typing import Literal
 
 import numpy as np
 
-from populace.core import Agent, PerWorker, Profile
-from populace.environment import Env, EnvClient, Map2D, Op
+from populace.core import Agent, PerWorker, Profile, Simulation
+from populace.environment import Env, EnvClient, Map2D, Op, serve
 from populace.launch import Run, Scenario, ScenarioSettings
 
 
@@ -200,6 +211,68 @@ def same_tables(a: Path, b: Path) -> bool:
                for name in ("learned", "heard"))
 
 
+class Counter(Agent):
+    __slots__ = ("env", "key")
+
+    def __init__(self, id: int, profile: Profile | None = None, *, env: EnvClient,
+                 keys: int) -> None:
+        super().__init__(id, profile)
+        self.env = env
+        self.key = f"k/{id % keys}"
+
+    async def bump(self) -> None:
+        await self.env.incr(self.key)
+
+    async def idle(self) -> None:
+        pass
+
+
+async def throughput(args: argparse.Namespace) -> None:
+    n = args.agents
+    keys = [f"k/{i}" for i in range(n)]
+    world = Env("global")
+    for key in keys:
+        world.register(key, 0)
+    world.register("column", np.zeros(n, dtype=np.int64))
+    clock = time.perf_counter
+    async with Simulation(workers=args.workers, backend=args.backend) as sim, \
+            await serve(world, sim, shards=args.shards) as service:
+        for merge in (False, True):
+            people = await sim.create(Counter, n, name=f"merge-{merge}",
+                                      init={"env": PerWorker(EnvClient, service, merge=merge),
+                                            "keys": n})
+            await people.map(Counter.bump)  # warm up
+            idle = busy = float("inf")
+            for _ in range(3):
+                t0 = clock()
+                await people.map(Counter.idle)
+                t1 = clock()
+                await people.map(Counter.bump)
+                t2 = clock()
+                idle, busy = min(idle, t1 - t0), min(busy, t2 - t1)
+            print(json.dumps({"throughput": "agents, one incr each", "merge": merge,
+                              "backend": args.backend, "shards": args.shards, "keys": n,
+                              "round_s": round(busy, 3), "idle_round_s": round(idle, 3),
+                              "key_ops_per_s": round(n / max(busy - idle, 1e-9))}),
+                  flush=True)
+        for label, call in (
+                ("central, incr_many(keys)", lambda: service.incr_many(keys, 1)),
+                ("central, incr_many(key, at=)",
+                 lambda: service.incr_many("column", 1, at=np.arange(n)))):
+            best = float("inf")
+            for _ in range(3):
+                t0 = clock()
+                await call()
+                best = min(best, clock() - t0)
+            print(json.dumps({"throughput": label, "backend": args.backend,
+                              "shards": args.shards, "keys": n,
+                              "op_s": round(best, 3), "key_ops_per_s": round(n / best)}),
+                  flush=True)
+        counts = await service.query_many(keys[:1])
+        expected = 1 + 3 + 1 + 3 + 3  # warm-up and 3 rounds, twice; 3 incr_many
+        assert counts == [expected], counts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", type=int, default=100_000)
@@ -211,7 +284,14 @@ def main() -> None:
     parser.add_argument("--density", type=float, default=0.1)
     parser.add_argument("--first", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--throughput", action="store_true",
+                        help="measure the environment service alone")
+    parser.add_argument("--shards", type=int, default=1,
+                        help="with --throughput: services the keys are split over")
     args = parser.parse_args()
+    if args.throughput:
+        asyncio.run(throughput(args))
+        return
     ways = args.ways.split(",")
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)

@@ -26,7 +26,7 @@ RAY_CLUSTER_FILES = frozenset({
     "core/test_columnar_table.py", "core/test_current_agent.py", "core/test_ray_backend.py",
     "core/test_worker_stats.py", "environment/test_many_remote.py", "environment/test_parity.py",
     "environment/test_remote.py", "environment/test_rumour_scale.py",
-    "environment/test_served_map.py",
+    "environment/test_served_map.py", "environment/test_shards.py",
 })
 TESTS = Path(__file__).resolve().parent
 

@@ -25,7 +25,7 @@ import copy
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
-from populace.core import Placeholder, ServiceHandle, ServiceLost
+from populace.core import LocalBackend, Placeholder, ServiceHandle, ServiceLost
 
 from ._env import Env, EnvEvent, EventKind
 from ._errors import EnvServedError, ServiceClosed
@@ -36,6 +36,8 @@ from ._service import EnvService, ServiceStats
 
 if TYPE_CHECKING:
     from populace.core import Simulation
+
+    from ._shards import ShardedEnvService
 
 
 class ServiceActor:
@@ -192,18 +194,24 @@ async def _ask(call: asyncio.Future[Any]) -> Any:
 
 
 @overload
-async def serve(env: Env, sim: Simulation | None = None, *,
-                max_concurrency: int = 64) -> EnvService | RemoteEnvService: ...
+async def serve(env: Env, sim: Simulation | None = None, *, max_concurrency: int = 64,
+                shards: int = 1) -> EnvService | RemoteEnvService | ShardedEnvService: ...
 
 
 @overload
-async def serve(env: Map2D, sim: Simulation | None = None, *,
-                max_concurrency: int = 64) -> MapService: ...
+async def serve(env: Map2D, sim: Simulation | None = None, *, max_concurrency: int = 64,
+                shards: int = 1) -> MapService: ...
 
 
-async def serve(env: Env | Map2D, sim: Simulation | None = None, *,
-                max_concurrency: int = 64) -> EnvService | RemoteEnvService | MapService:
+async def serve(env: Env | Map2D, sim: Simulation | None = None, *, max_concurrency: int = 64,
+                shards: int = 1
+                ) -> EnvService | RemoteEnvService | ShardedEnvService | MapService:
     """Serve ``env`` to the agents of ``sim``: remote on the Ray backend, local otherwise.
+
+    ``shards=N`` (N > 1) splits the tree's keys over N services, each placed by the backend
+    (actors on Ray, tasks of this loop locally), by a hash of the key's name; the result is
+    a ``ShardedEnvService`` with the same API (see ``_shards``), and the ``Env`` objects
+    refuse direct use as after a remote ``serve``.
 
     ``env`` may also be a :class:`Map2D`: the result is then a :class:`MapService`, the
     map's methods as coroutines, the caller's own map on the local backend and a copy in
@@ -226,10 +234,21 @@ async def serve(env: Env | Map2D, sim: Simulation | None = None, *,
         return await serve_map(env, sim.backend if sim is not None else None)
     if env._served is not None:
         raise env._refuse("serve")
-    if sim is None or not sim.backend.remote:
+    if shards < 1:
+        raise ValueError(f"shards must be >= 1, got {shards}")
+    if (sim is None or not sim.backend.remote) and shards == 1:
         return EnvService(env, max_concurrency=max_concurrency)
     if max_concurrency < 1:
         raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+    if shards > 1:
+        from ._shards import serve_sharded
+
+        backend = sim.backend if sim is not None else LocalBackend()
+        _refuse_listeners(env, backend.name)
+        sharded = await serve_sharded(env, backend, shards, max_concurrency)
+        env._serve_elsewhere(f"{shards} sharded services ({backend.name})")
+        return sharded
+    assert sim is not None  # one shard on a local backend was served above
     _refuse_listeners(env, sim.backend.name)
     handle = await sim.backend.place(ServiceActor, env.get_state(), max_concurrency)
     env._serve_elsewhere(f"a remote service ({sim.backend.name}, pid {handle.info.get('pid')})")
