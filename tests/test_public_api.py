@@ -16,7 +16,8 @@ API: dict[str, set[str]] = {
     "populace.agents": {
         "INTERNAL", "INTERVIEWER", "KINDS", "UNREADABLE", "Answer", "Choice", "Decision", "Event",
         "Memory", "Number", "Persona", "PersonaOptions", "Regex", "Schema", "Text",
-        "persona_columns", "render_memory", "divergence", "sampling_report"},
+        "persona_columns", "render_memory", "divergence", "sampling_report",
+        "fall_back", "fallen_back", "falling_back"},
     "populace.core": {
         "Agent", "AgentGroup", "AgentHandle", "Backend", "CallTimeout", "ConfigError",
         "LocalBackend", "Memory", "ModelBadResponse", "ModelError", "ModelHTTPError",

@@ -12,7 +12,7 @@ from ._agent import INTERVIEWER, Decision, Persona, render_memory
 from ._answers import UNREADABLE, Answer, Choice, Number, Regex, Schema, Text
 from ._memory import KINDS, Event, Memory
 from ._persona import INTERNAL, PersonaOptions, persona_columns
-from ._sampling import divergence, sampling_report
+from ._sampling import divergence, fall_back, fallen_back, falling_back, sampling_report
 
 __all__ = [
     "INTERNAL",
@@ -31,6 +31,9 @@ __all__ = [
     "Schema",
     "Text",
     "divergence",
+    "fall_back",
+    "fallen_back",
+    "falling_back",
     "persona_columns",
     "render_memory",
     "sampling_report",

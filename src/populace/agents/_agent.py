@@ -312,9 +312,10 @@ class Persona(Agent):
         """
         seed = seed_for(base, int(self.id))
         sampling = self._sampling()
-        if sampling is None or sampling.mode_of(decision) != "archetype":
-            return await ask(False, seed), True
         models: Any = self.seat.models
+        if sampling is None or sampling.mode_of(decision) != "archetype" or \
+                decision in models.fallen.get(self.seat.name, ()):
+            return await ask(False, seed), True
         if models.pooled_step != step:  # an archetype's answers hold for one step
             models.pooled.clear()
             models.pooled_step = step

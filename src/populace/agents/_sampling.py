@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -165,3 +165,36 @@ def sampling_report(audit_before: Mapping[str, Counter[tuple[str, Any, Any]]],
             out[model] = {"shared": shared,
                           "decisions": step_divergences(pairs, seed=seed)}
     return out
+
+
+def fallen_back(steps: Iterable[Mapping[str, Any]]) -> dict[str, frozenset[str]]:
+    """Per model, the decisions that fell back to individual calls in the summary entries
+    ``steps`` (each entry's ``sampling.MODEL.fell_back``)."""
+    out: dict[str, set[str]] = {}
+    for entry in steps:
+        for model, got in (entry.get("sampling") or {}).items():
+            out.setdefault(model, set()).update(got.get("fell_back") or ())
+    return {m: frozenset(d) for m, d in out.items() if d}
+
+
+def falling_back(report: Mapping[str, Any], bounds: Mapping[str, float | None],
+                 fallen: Mapping[str, frozenset[str]]) -> None:
+    """Mark in a step's ``report`` (:func:`sampling_report`), per model with a bound, the
+    decisions whose whole interval lies above it (``fell_back``), not fallen before.
+    A multi-part decision (``q=part``) falls back as a whole (``q``)."""
+    for model, got in report.items():
+        bound = bounds.get(model)
+        if bound is None:
+            continue
+        over = sorted({d.split("=", 1)[0] for d, v in got["decisions"].items()
+                       if v.get("low", 0) > bound} - fallen.get(model, frozenset()))
+        if over:
+            got["fell_back"] = over
+
+
+def fall_back(agent: Any, fallen: Mapping[str, frozenset[str]]) -> None:
+    """Tell ``agent``'s worker which decisions are asked individually from now on (called
+    on one agent per worker by the launcher)."""
+    models = getattr(getattr(agent, "seat", None), "models", None)
+    if models is not None and hasattr(models, "fallen"):
+        models.fallen = dict(fallen)

@@ -24,9 +24,10 @@ from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import pyarrow as pa
 
-from populace.agents import sampling_report
+from populace.agents import Persona, fall_back, fallen_back, falling_back, sampling_report
 from populace.core import (
     ConfigError,
     PopulaceError,
@@ -402,6 +403,16 @@ def _sampling(run: Run) -> tuple[dict[str, Any], dict[str, int]]:
     return audits(workers), shared
 
 
+async def _fall_back(run: Run, fallen: dict[str, frozenset[str]]) -> None:
+    """Tell every worker's personas which decisions fell back to individual calls (one
+    call on one agent per worker and group)."""
+    for cls, group in run.groups.values():
+        if issubclass(cls, Persona) and len(group):
+            _, first = np.unique(group.workers, return_index=True)
+            for placeholder in [group[int(i)].call(fall_back, fallen) for i in first]:
+                await placeholder
+
+
 async def _step(run: Run, scenario: Scenario, t: int, summary: dict[str, Any],
                 started: float, observers: Sequence[Observer], monitor: RunMonitor | None,
                 control: RunControl | None) -> bool:
@@ -416,6 +427,9 @@ async def _step(run: Run, scenario: Scenario, t: int, summary: dict[str, Any],
     scheduled = control.starting(t, here) if control is not None \
         else _interventions.read_interventions(here) if here is not None else []
     done = await _interventions.carry_out(run, scheduled, t) if scheduled else []
+    fallen = fallen_back(summary["steps"])
+    if fallen:  # every step: a worker rebuilt by a recovery has forgotten
+        await _fall_back(run, fallen)
     sent = _traffic(run)
     sampled = _sampling(run)
     try:
@@ -445,6 +459,9 @@ async def _step(run: Run, scenario: Scenario, t: int, summary: dict[str, Any],
             entry["limits"] = adapted
     report = sampling_report(*sampled, *_sampling(run), seed=derive_seed(run.seed, t))
     if report:  # archetype sampling: decisions shared, and the audit's divergence
+        falling_back(report, {name: config.sampling.fallback
+                              for name, config in run.options.models.items()
+                              if config.sampling is not None}, fallen)
         entry["sampling"] = report
     entry["wall_s"] = round(time.perf_counter() - t0, 4)
     if run.run_dir is not None:

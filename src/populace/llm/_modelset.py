@@ -32,6 +32,9 @@ class ModelSet(Mapping[str, ModelClient]):
         #: keyed by the persona layer (see :meth:`Persona.sampled`); cleared per step.
         self.pooled: dict[Any, Any] = {}
         self.pooled_step: int | None = None
+        #: Per model, the decisions the launcher has made fall back to individual calls
+        #: (``sampling.fallback``; see :func:`populace.agents.fall_back`).
+        self.fallen: dict[str, frozenset[str]] = {}
 
     @classmethod
     def build(cls, configs: Mapping[str, Any], *, record_to: str | Path | None = None,

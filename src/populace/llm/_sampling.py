@@ -37,9 +37,10 @@ class SamplingConfig(StrictModel):
                          "coalesce: true)")
     audit: float = Field(0.02, ge=0, le=1, description="seeded share of agents also asked "
                          "individually; their two answers give the divergence per step")
-    fallback: float | None = Field(None, gt=0, le=1, description="a decision whose audited "
-                                   "distance (TV, or Wasserstein over the range) has its "
-                                   "interval above this is asked individually from then on")
+    fallback: float | None = Field(None, gt=0, description="adaptive: a decision whose "
+                                   "audited distance has its whole 95% interval above this "
+                                   "(TV for categories; Wasserstein, in the answer's units, "
+                                   "for numbers) is asked individually from the next step on")
     decisions: dict[str, Mode] = Field(default_factory=dict, description="a mode per "
                                        "decision name, overriding `mode`")
 

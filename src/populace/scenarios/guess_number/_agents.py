@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Coroutine, Mapping
@@ -113,14 +114,16 @@ class Participant(Persona):
         kind = "intervention" if msg.sender == "intervention" else "message"
         self._remember(int(meta.get("step", meta.get("round", 0))), kind, str(msg.content))
 
-    def conversation(self, prompt: str) -> list[ChatMessage]:
+    def conversation(self, prompt: str, shared: bool = False) -> list[ChatMessage]:
         """The round prompt, the persona and earlier rounds from memory (own answers, the
-        moderator's results), in the run's layout (see ``populace.llm.conversation``)."""
+        moderator's results), in the run's layout (see ``populace.llm.conversation``);
+        ``shared``: an archetype's (its persona, no earlier rounds)."""
         rules = self.game
-        keep = 2 * rules.memory_rounds
-        about = None
+        keep = 0 if shared else 2 * rules.memory_rounds
+        about = self.archetype_text() if shared else None
         if rules.attributes:
-            about = persona(self.profile, rules.attributes)
+            if not shared:
+                about = persona(self.profile, rules.attributes)
             if "{" in prompt:  # per-agent fields the moderator left for us
                 prompt = prompt.format_map({a: self.profile[a] for a in rules.attributes})
         history = self._history(keep)
@@ -168,15 +171,36 @@ class Participant(Persona):
     async def reply(self, msg: Msg) -> Msg:
         rules = self.game
         meta = msg.metadata or {}
-        seed = seed_for(meta.get("seed", rules.seed), self.id)
-        structured = self.protocol == "structured"
+        round_no = int(meta.get("round", 0))
         started = time.perf_counter()
         # A model that ignores prompts (the dummy) is not handed one to ignore, and nothing
         # is remembered for conversations that will never be built.
         model = self.seat.model  # a slot read, not the property: a million calls a round
         assert model is not None
-        reads = model.reads_prompt
-        messages = self.conversation(msg.content) if reads else ()
+        base = meta.get("seed", rules.seed)
+        if self._sampling() is None:  # every agent asked: no sampling's bookkeeping
+            play = await self._play(model, msg.content, False, seed_for(base, self.id))
+        else:
+            play, own = await self.sampled(
+                "guess", msg.content, base, round_no,
+                functools.partial(self._play, model, msg.content), _number)
+            if not own:  # an archetype's answer: its calls are not this agent's
+                play = (*play[:3], 0, 0, 0, 0)
+        number, text, extract_raw, ptok, ctok, calls, retries = play
+        if rules.memory_rounds and model.reads_prompt:
+            self._remember(round_no, "decision", text)
+        guess = Guess(number, text, extract_raw, time.perf_counter() - started,
+                      ptok, ctok, calls, retries)
+        return Msg(self.id, guess, "assistant")
+
+    async def _play(self, model: ModelClient, content: str, shared: bool, seed: int
+                    ) -> tuple[float | None, str, str | None, int, int, int, int]:
+        """One round's calls (nothing kept): ``(number, reply, extraction's reply, prompt
+        and completion tokens, calls, retries)``; ``shared``: the archetype's prompt (its
+        persona, no earlier rounds)."""
+        rules = self.game
+        structured = self.protocol == "structured"
+        messages = self.conversation(content, shared) if model.reads_prompt else ()
         max_tokens, response_format = rules.max_tokens, None
         if structured:
             response_format = RESPONSE_SCHEMA
@@ -211,11 +235,7 @@ class Participant(Persona):
             number = _structured_number(answer.text, rules.low, rules.high)
         else:
             number = parse_number(answer.text, rules.low, rules.high)
-        if rules.memory_rounds and reads:
-            self._remember(int(meta.get("round", 0)), "decision", answer.text)
-        guess = Guess(number, answer.text, extract_raw, time.perf_counter() - started,
-                      ptok, ctok, calls, retries)
-        return Msg(self.id, guess, "assistant")
+        return number, answer.text, extract_raw, ptok, ctok, calls, retries
 
 
     def listens(self) -> bool:
@@ -244,6 +264,11 @@ class Participant(Persona):
             if report is not None:
                 text += f" Your group's number was {report:.2f}."
         self._remember(round_no, "observation", text)
+
+
+def _number(play: tuple[Any, ...]) -> Any:
+    """What the audit compares of a round: the number played (None: none read)."""
+    return play[0]
 
 
 def _structured_number(text: str, low: float, high: float) -> float | None:

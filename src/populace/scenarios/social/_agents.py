@@ -9,17 +9,27 @@ the shard, asks its model, and answers with its action.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from populace.agents import Persona, persona_columns
-from populace.core import ModelError, Profile, derive_seed, seed_for
-from populace.llm import ChatMessage, ModelClient
+from populace.core import Profile, derive_seed, seed_for
+from populace.llm import ChatMessage, Completion, ModelClient
 
 from ._feed import Posts, Recommender, build_feeds
-from ._policy import SCHEMA, Feeds, ScriptedPolicy, decide, feed_message, parse_action
+from ._policy import (
+    ACTIONS,
+    SCHEMA,
+    Feeds,
+    Item,
+    ScriptedPolicy,
+    decide,
+    feed_message,
+    parse_action,
+)
 
 
 @dataclass(frozen=True)
@@ -144,20 +154,31 @@ class Person(Persona):
         assert self.shard.data is not None
         feeds, row = self.shard.items_of(self.id)
         items = feeds.items(row) if row >= 0 else []
-        seed = seed_for(derive_seed(self.shard.data.seed, 0x50C4), self.id)
-        messages: list[ChatMessage] = [{"role": "system", "content": self.persona_text()}]
-        if self._memory:  # what it was told (a message, an intervention)
-            messages.append({"role": "system", "content": await self.recall(t, seed)})
-        messages.append({"role": "user",
-                         "content": feed_message(items, dict(self.shard.data.texts), t)})
-        try:
-            answer = await self.model.complete(messages, temperature=temperature, seed=seed,
-                                               max_tokens=max_tokens, response_format=SCHEMA)
-        except ModelError:
-            raise  # counted by the step as a failed answer
+        base = derive_seed(self.shard.data.seed, 0x50C4)
+        ask = functools.partial(self._ask, t, items, temperature, max_tokens)
+        if self._sampling() is None:  # every agent asked: no sampling's bookkeeping
+            answer = await ask(False, seed_for(base, self.id))
+        else:  # an archetype sees no feed (feeds are each agent's own)
+            answer, _ = await self.sampled(
+                "action", (temperature, max_tokens), base, t, ask,
+                lambda a: ACTIONS[parse_action(a.text, items, me=self.id)[0]])
         action, target, text = parse_action(answer.text, items, me=self.id)
         same = sum(i.same for i in items)
         return action, target, text, len(items), same, answer.text
+
+    async def _ask(self, t: int, items: list[Item], temperature: float | None,
+                   max_tokens: int | None, shared: bool, seed: int) -> Completion:
+        """The model's answer to step ``t``'s feed (``shared``: an archetype's prompt, its
+        persona and an empty feed, no memory); a failed call raises (the step counts it)."""
+        assert self.shard.data is not None
+        messages: list[ChatMessage] = [{"role": "system", "content": (
+            self.archetype_text() if shared else self.persona_text())}]
+        if self._memory and not shared:  # what it was told (a message, an intervention)
+            messages.append({"role": "system", "content": await self.recall(t, seed)})
+        messages.append({"role": "user", "content": feed_message(
+            [] if shared else items, dict(self.shard.data.texts), t)})
+        return await self.model.complete(messages, temperature=temperature, seed=seed,
+                                         max_tokens=max_tokens, response_format=SCHEMA)
 
     def persona_text(self) -> str:
         """The persona its model is told: the background, else the profile's columns but
