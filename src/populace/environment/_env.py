@@ -132,9 +132,33 @@ def _check_key(key: Any) -> None:
         raise TypeError(f"environment keys are strings, got {type(key).__name__}: {key!r}")
 
 
+class KeyList(list[str]):
+    """The keys of a many-key operation: a list that pickles as one string.
+
+    Pickling a list of a million short strings costs about ten times as much as pickling
+    them joined by NUL and splitting them again (Ray's pickler calls back into Python once
+    per object); keys with a NUL in them, or that are not strings, pickle as a list.
+    """
+
+    __slots__ = ()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        try:
+            joined = "\0".join(self)
+        except TypeError:
+            return (list, (list(self),))
+        if joined.count("\0") != len(self) - 1 or not self:
+            return (list, (list(self),))
+        return (_split_keys, (joined,))
+
+
+def _split_keys(joined: str) -> KeyList:
+    return KeyList(joined.split("\0"))
+
+
 def as_keys(keys: Any) -> list[str]:
     """Keys of a many-key operation as a list (a NumPy array of strings is converted)."""
-    if type(keys) is list:
+    if isinstance(keys, list):
         return keys
     if isinstance(keys, str):
         raise TypeError("a many-key operation takes a sequence of keys, got one string "

@@ -14,7 +14,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from ._env import as_keys, per_key
+from ._env import KeyList, as_keys, per_key
 
 if TYPE_CHECKING:
     from populace.core import Placeholder
@@ -120,7 +120,7 @@ def _many(kind: OpKind, keys: Any, x: Any, at: Any, env: str | None) -> Op:
             raise TypeError("with at=, the first argument is one key (a string) holding an "
                             f"array, got {type(keys).__name__}")
         return Op(kind, keys, (keys, x, at), env)
-    keys = as_keys(keys)
+    keys = KeyList(as_keys(keys))
     if kind in ("incr_many", "set_many"):
         what = "deltas" if kind == "incr_many" else "values"
         if per_key(x, len(keys), what) is None and kind == "set_many":

@@ -31,7 +31,7 @@ import numpy as np
 
 from populace.core import Placeholder, Signal, TaskOwner
 
-from ._env import Env, EnvEvent, EnvStats, EventKind, as_keys, per_key
+from ._env import Env, EnvEvent, EnvStats, EventKind, KeyList, as_keys, per_key
 from ._errors import ServiceClosed, UnknownKeyError
 from ._listeners import Subscription
 from ._ops import KEYLESS, MANY, EnvVerbs, Op, Reply, SubmitVerbs, apply_now
@@ -699,7 +699,7 @@ def _merge(ops: list[Op]) -> tuple[list[Op], list[int] | None]:
         if j - i > 1:
             run = ops[i:j]
             args = None if kind == "query" else [o.arg for o in run]
-            out.append(Op("each", kind, ([o.key for o in run], args, None), op.env))
+            out.append(Op("each", kind, (KeyList([o.key for o in run]), args, None), op.env))
             sizes.append(j - i)
         else:
             out.append(op)

@@ -28,7 +28,7 @@ import numpy as np
 
 from populace.core import Placeholder, ServiceHandle
 
-from ._env import Env, EnvEvent, EnvStats, EventKind, as_keys, per_key
+from ._env import Env, EnvEvent, EnvStats, EventKind, KeyList, as_keys, per_key
 from ._ops import KEYLESS, MANY, Op, Reply, SubmitVerbs
 from ._remote import RemoteEnvService, ServiceActor
 from ._service import ServiceStats
@@ -172,7 +172,7 @@ class ShardedEnvService(SubmitVerbs):
             args = None
         pieces = []
         for s, positions in where.items():
-            sub_keys = [keys[j] for j in positions]
+            sub_keys = KeyList([keys[j] for j in positions])
             sub_x = x if args is None else [args[j] for j in positions]
             pieces.append((s, len(batches[s]), positions))
             batches[s].append(Op(op.kind, op.key, (sub_keys, sub_x, None), op.env))
