@@ -254,3 +254,13 @@ async def test_a_merged_run_crosses_as_one_op() -> None:
         assert [op.kind for op in seen[-1]] == ["each", "each"]
         assert client.statistics().merged == 11
         assert service.statistics().ops == 3 + 11  # key operations, many-key ops included
+
+
+@pytest.mark.parametrize("keys", [["heard/1", "heard/2"], [], [""], ["", ""], ["a\0b", "c"],
+                                  ["x"]])
+def test_the_keys_of_a_many_key_op_pickle_back_as_they_were(keys: list[str]) -> None:
+    import pickle
+
+    op = Op.incr_many(keys, 1)
+    back = pickle.loads(pickle.dumps(op))
+    assert list(back.arg[0]) == keys and back == op
