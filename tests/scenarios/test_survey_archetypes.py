@@ -71,7 +71,10 @@ def test_archetypes_answer_for_a_few_calls_and_the_audit_is_reported(tmp_path: P
     assert 20 < happy["audited"] < 90 and happy["low"] <= happy["tv"] <= happy["high"]
     assert "wasserstein" in sampling["decisions"]["news_hours"]
     assert {f"news_sources={o}" for o in ("Radio", "Television")} <= set(sampling["decisions"])
-    assert "decisions answered by archetypes; audit's largest distance" in done.stdout
+    assert "decisions answered by archetypes (" in done.stdout
+    assert "audit's largest distance" in done.stdout
+    individual = entry["sampling"]["scripted"]["individual"]
+    assert individual["calls"] > 2 * entry["llm"]["scripted"]["requests"]
     # only the archetype's columns reach its prompts
     calls = [json.loads(line) for p in (out / "llm_calls").glob("*.jsonl")
              for line in p.read_text().splitlines()]

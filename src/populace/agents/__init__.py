@@ -12,7 +12,14 @@ from ._agent import INTERVIEWER, Decision, Persona, render_memory
 from ._answers import UNREADABLE, Answer, Choice, Number, Regex, Schema, Text
 from ._memory import KINDS, Event, Memory
 from ._persona import INTERNAL, PersonaOptions, persona_columns
-from ._sampling import divergence, fall_back, fallen_back, falling_back, sampling_report
+from ._sampling import (
+    SamplingCounts,
+    divergence,
+    fall_back,
+    fallen_back,
+    falling_back,
+    sampling_report,
+)
 
 __all__ = [
     "INTERNAL",
@@ -28,6 +35,7 @@ __all__ = [
     "Persona",
     "PersonaOptions",
     "Regex",
+    "SamplingCounts",
     "Schema",
     "Text",
     "divergence",

@@ -296,7 +296,9 @@ class Persona(Agent):
 
     async def sampled(self, decision: str, key: Hashable, base: int, step: int,
                       ask: Callable[[bool, int], Awaitable[T]],
-                      value: Callable[[T], Any]) -> tuple[T, bool]:
+                      value: Callable[[T], Any],
+                      cost: Callable[[T], tuple[int, int, int]] | None = None
+                      ) -> tuple[T, bool]:
         """One decision, asked as the model's ``sampling:`` says: ``(outcome, own)``.
 
         ``ask(shared, seed)`` makes the decision's calls and returns what they gave, with no
@@ -305,7 +307,9 @@ class Persona(Agent):
         memory; everything else that prompt depends on must be in ``key``). ``base`` is the
         decision's seed (the agent's is ``seed_for(base, id)``); ``value(outcome)`` is what
         the audit compares (a label or a number; None when unreadable; a mapping of parts
-        to such values is audited per part, as ``decision=part``).
+        to such values is audited per part, as ``decision=part``); ``cost(outcome)``: its
+        ``(calls, prompt tokens, completion tokens)``, from which the step's summary
+        estimates what asking every agent would have cost.
 
         ``own`` is False when the outcome is one of the archetype's samples, shared with
         other members (treat it as read-only, and its calls as not this agent's).
@@ -336,6 +340,8 @@ class Persona(Agent):
         if not audited(base, int(self.id), sampling.audit):
             return got, False
         own = await ask(False, seed)  # the audit: asked individually too, and kept
+        if cost is not None:
+            models.count_audit_cost(name, *cost(own))
         mine, theirs = value(own), value(got)
         if isinstance(mine, Mapping):  # one pair per part (a multi-choice: per option)
             for part, v in mine.items():
@@ -373,7 +379,9 @@ class Persona(Agent):
         decision, own = await self.sampled(name or question, key, base, step, ask,
                                            lambda d: answer.show(d.value) if d.valid
                                            and not isinstance(d.value, int | float)
-                                           else d.value)
+                                           else d.value,
+                                           lambda d: (d.calls, d.prompt_tokens,
+                                                      d.completion_tokens))
         if not own:  # an archetype's sample: its calls are not this agent's
             decision = dataclasses.replace(decision, calls=0, prompt_tokens=0,
                                            completion_tokens=0)

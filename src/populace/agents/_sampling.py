@@ -16,6 +16,7 @@ agents (the basic bootstrap, which corrects the plug-in distance's upward bias: 
 samples of one distribution are never at distance 0).
 
 >>> from collections import Counter
+from dataclasses import dataclass
 >>> pairs = Counter({("yes", "yes"): 60, ("no", "no"): 30, ("yes", "no"): 10})
 >>> d = divergence(pairs, seed=1)
 >>> d["audited"], d["tv"]
@@ -27,11 +28,13 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from populace.core import derive_seed, unit_float
+from populace.llm import audits, model_stats
 
 #: Bootstrap resamples of an audit.
 RESAMPLES = 400
@@ -148,22 +151,54 @@ def step_divergences(pairs: Counter[tuple[str, Any, Any]], *, seed: int = 0
             for i, (d, p) in enumerate(sorted(by.items()))}
 
 
-def sampling_report(audit_before: Mapping[str, Counter[tuple[str, Any, Any]]],
-                    shared_before: Mapping[str, int],
-                    audit_now: Mapping[str, Counter[tuple[str, Any, Any]]],
-                    shared_now: Mapping[str, int], *, seed: int = 0
+@dataclass(frozen=True)
+class SamplingCounts:
+    """The models' archetype sampling counters at one moment, summed over workers (see
+    :class:`~populace.llm.ModelStats`): audited pairs, shared decisions, audited cost."""
+
+    audit: Mapping[str, Counter[tuple[str, Any, Any]]]
+    shared: Mapping[str, int]
+    cost: Mapping[str, tuple[int, int, int, int]]
+
+    @classmethod
+    def of(cls, workers: Iterable[Iterable[Any]]) -> SamplingCounts:
+        """From the workers' resource statistics."""
+        workers = [list(w) for w in workers]
+        shared: dict[str, int] = {}
+        cost: dict[str, tuple[int, int, int, int]] = {}
+        for resources in workers:
+            for m in model_stats(resources):
+                if m.shared:
+                    shared[m.model] = shared.get(m.model, 0) + m.shared
+                if m.audit_cost[0]:
+                    cost[m.model] = tuple(a + b for a, b in zip(  # type: ignore[assignment]
+                        cost.get(m.model, (0, 0, 0, 0)), m.audit_cost, strict=True))
+        return cls(audits(workers), shared, cost)
+
+
+def sampling_report(before: SamplingCounts, now: SamplingCounts, *, seed: int = 0
                     ) -> dict[str, dict[str, Any]]:
-    """A step's archetype sampling per model, from the models' counters before and after
-    it (:func:`~populace.llm.audits` and the ``shared`` statistic): ``shared`` (decisions
-    answered by an archetype's samples) and, per decision, :func:`divergence` of the
-    step's audited pairs. Models that sampled nothing are left out."""
+    """A step's archetype sampling per model, from the counters before and after it:
+    ``shared`` (decisions answered by an archetype's samples), per decision
+    :func:`divergence` of the step's audited pairs, and ``individual``: what asking every
+    agent would have cost (calls and tokens: the audited agents' mean, times the
+    decisions). Models that sampled nothing are left out."""
     out: dict[str, dict[str, Any]] = {}
-    for model in sorted({*audit_now, *shared_now}):
-        shared = shared_now.get(model, 0) - shared_before.get(model, 0)
-        pairs = audit_now.get(model, Counter()) - audit_before.get(model, Counter())
-        if shared or pairs:
-            out[model] = {"shared": shared,
-                          "decisions": step_divergences(pairs, seed=seed)}
+    for model in sorted({*now.audit, *now.shared}):
+        shared = now.shared.get(model, 0) - before.shared.get(model, 0)
+        pairs = now.audit.get(model, Counter()) - before.audit.get(model, Counter())
+        if not (shared or pairs):
+            continue
+        got: dict[str, Any] = {"shared": shared,
+                               "decisions": step_divergences(pairs, seed=seed)}
+        n, calls, prompt, completion = (a - b for a, b in zip(
+            now.cost.get(model, (0, 0, 0, 0)), before.cost.get(model, (0, 0, 0, 0)),
+            strict=True))
+        if n:
+            got["individual"] = {"calls": round(calls / n * shared),
+                                 "prompt_tokens": round(prompt / n * shared),
+                                 "completion_tokens": round(completion / n * shared)}
+        out[model] = got
     return out
 
 

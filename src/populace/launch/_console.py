@@ -133,9 +133,15 @@ def sampling_lines(summary: dict[str, Any]) -> list[str]:
     and the audit's largest distance (of any step and decision) with its interval."""
     shared: dict[str, int] = {}
     worst: dict[str, tuple[float, str, int, dict[str, Any]]] = {}
+    made: dict[str, int] = {}  # calls made in the steps that sampled
+    individual: dict[str, int] = {}  # and what asking everyone would have made there
     for entry in summary.get("steps") or ():
         for model, got in (entry.get("sampling") or {}).items():
             shared[model] = shared.get(model, 0) + got.get("shared", 0)
+            if "individual" in got:
+                individual[model] = individual.get(model, 0) + got["individual"]["calls"]
+                made[model] = made.get(model, 0) + \
+                    (entry.get("llm") or {}).get(model, {}).get("requests", 0)
             for decision, d in (got.get("decisions") or {}).items():
                 value = d.get("tv", d.get("wasserstein"))
                 if value is not None and (model not in worst or value > worst[model][0]):
@@ -143,6 +149,9 @@ def sampling_lines(summary: dict[str, Any]) -> list[str]:
     lines = []
     for model, n in shared.items():
         line = f"{model}: {n:,} decisions answered by archetypes"
+        if made.get(model):
+            line += (f" ({made[model]:,} calls; asking every agent: ~{individual[model]:,}, "
+                     f"{individual[model] / made[model]:,.0f}x)")
         if model in worst:
             value, decision, step, d = worst[model]
             kind = "TV" if "tv" in d else "Wasserstein"

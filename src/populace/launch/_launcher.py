@@ -27,7 +27,14 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from populace.agents import Persona, fall_back, fallen_back, falling_back, sampling_report
+from populace.agents import (
+    Persona,
+    SamplingCounts,
+    fall_back,
+    fallen_back,
+    falling_back,
+    sampling_report,
+)
 from populace.core import (
     ConfigError,
     PopulaceError,
@@ -37,7 +44,7 @@ from populace.core import (
     ship_by_value,
 )
 from populace.environment import ServiceClosed
-from populace.llm import ModelSet, Served, audits, limits, model_stats, preflight, traffic
+from populace.llm import ModelSet, Served, limits, preflight, traffic
 from populace.population import generate_backgrounds
 from populace.results import (
     RunDirectory,
@@ -114,6 +121,9 @@ async def launch(run_file: RunFile, run_dir: RunDirectory | None = None, *,
     if replay_dir is not None:
         _check_replay(run_file, replay_dir)
     with run_dir.hold() if run_dir is not None else contextlib.nullcontext():
+        for directory in (run_dir.path if run_dir is not None else None, replay_dir):
+            if directory is not None:  # an edited one is refused before anything changes
+                _interventions.read_interventions(directory)
         if resume and run_dir is not None:
             done = _completed(run_file, run_dir)
             if done is not None:  # nothing to play: nothing is rewritten either
@@ -391,16 +401,10 @@ def _traffic(run: Run, since: dict[str, dict[str, int]] | None = None
     return out
 
 
-def _sampling(run: Run) -> tuple[dict[str, Any], dict[str, int]]:
-    """The models' audited answer pairs and shared decisions so far (see
+def _sampling(run: Run) -> SamplingCounts:
+    """The models' archetype sampling counters so far (see
     :func:`~populace.agents.sampling_report`)."""
-    workers = [w.resources for w in run.sim.statistics().workers]
-    shared: dict[str, int] = {}
-    for resources in workers:
-        for m in model_stats(resources):
-            if m.shared:
-                shared[m.model] = shared.get(m.model, 0) + m.shared
-    return audits(workers), shared
+    return SamplingCounts.of(w.resources for w in run.sim.statistics().workers)
 
 
 async def _fall_back(run: Run, fallen: dict[str, frozenset[str]]) -> None:
@@ -457,7 +461,7 @@ async def _step(run: Run, scenario: Scenario, t: int, summary: dict[str, Any],
         adapted = limits(w.resources for w in run.sim.statistics().workers)
         if adapted:  # where the adaptive limits stood at the step's end
             entry["limits"] = adapted
-    report = sampling_report(*sampled, *_sampling(run), seed=derive_seed(run.seed, t))
+    report = sampling_report(sampled, _sampling(run), seed=derive_seed(run.seed, t))
     if report:  # archetype sampling: decisions shared, and the audit's divergence
         falling_back(report, {name: config.sampling.fallback
                               for name, config in run.options.models.items()

@@ -63,6 +63,9 @@ class ModelStats:
     audit: tuple[tuple[str, Any, Any, int], ...] = ()
     #: decisions answered by an archetype's samples instead of a call of their own
     shared: int = 0
+    #: what the audited agents' own decisions cost: ``(decisions, calls, prompt tokens,
+    #: completion tokens)`` (what every decision would cost asked individually, sampled)
+    audit_cost: tuple[int, int, int, int] = (0, 0, 0, 0)
 
 
 class Request(NamedTuple):

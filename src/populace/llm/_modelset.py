@@ -28,6 +28,7 @@ class ModelSet(Mapping[str, ModelClient]):
         self._sampling = {n: c for n, c in (sampling or {}).items() if c is not None}
         self._audit: dict[str, Counter[tuple[str, Any, Any]]] = {}
         self._shared = dict.fromkeys(self._clients, 0)
+        self._audit_cost: dict[str, tuple[int, int, int, int]] = {}
         #: What the personas of this worker share within a step: an archetype's answers,
         #: keyed by the persona layer (see :meth:`Persona.sampled`); cleared per step.
         self.pooled: dict[Any, Any] = {}
@@ -95,6 +96,13 @@ class ModelSet(Mapping[str, ModelClient]):
         individually) and the one its archetype gave it."""
         self._audit.setdefault(name, Counter())[decision, own, given] += 1
 
+    def count_audit_cost(self, name: str, calls: int, prompt_tokens: int,
+                         completion_tokens: int) -> None:
+        """Count what an audited agent's own decision cost."""
+        n, c, p, t = self._audit_cost.get(name, (0, 0, 0, 0))
+        self._audit_cost[name] = (n + 1, c + calls, p + prompt_tokens,
+                                  t + completion_tokens)
+
     def statistics(self) -> dict[str, ModelStats]:
         out = {}
         for name, client in self._clients.items():
@@ -104,6 +112,8 @@ class ModelSet(Mapping[str, ModelClient]):
                 extra["unreadable"] = self._unreadable[name]
             if self._shared[name]:
                 extra["shared"] = self._shared[name]
+            if name in self._audit_cost:
+                extra["audit_cost"] = self._audit_cost[name]
             if name in self._audit:
                 extra["audit"] = tuple((d, o, g, n) for (d, o, g), n
                                        in self._audit[name].items())

@@ -161,7 +161,8 @@ class Person(Persona):
         else:  # an archetype sees no feed (feeds are each agent's own)
             answer, _ = await self.sampled(
                 "action", (temperature, max_tokens), base, t, ask,
-                lambda a: ACTIONS[parse_action(a.text, items, me=self.id)[0]])
+                lambda a: ACTIONS[parse_action(a.text, items, me=self.id)[0]],
+                lambda a: (1 + a.retries, a.prompt_tokens, a.completion_tokens))
         action, target, text = parse_action(answer.text, items, me=self.id)
         same = sum(i.same for i in items)
         return action, target, text, len(items), same, answer.text

@@ -208,7 +208,7 @@ class Respondent(Persona):
             try:
                 (value, raw, shown, call, turn), own = await self.sampled(
                     qid, (wave, i, note), plan.bases[wave][i], wave + 1, ask,
-                    functools.partial(_audited, q))
+                    functools.partial(_audited, q), _cost)
             except ModelError as e:
                 shown = _shown(q, seed_for(plan.bases[wave][i], self.id))
                 value, raw, call, turn, own = None, "", _Call(), None, True
@@ -352,6 +352,12 @@ class Respondent(Persona):
         self.known = dict(zip(self.plan.remembered_order, known, strict=True))
         self.history = [(q, a) for q, a in history]
         super().set_state(state[2] if len(state) > 2 else None)
+
+
+def _cost(outcome: tuple[Any, ...]) -> tuple[int, int, int]:
+    """An answer's calls and tokens."""
+    call: _Call = outcome[3]
+    return call.calls, call.ptok, call.ctok
 
 
 def _shown(q: Question, seed: int) -> list[int]:
