@@ -37,6 +37,12 @@ and to every element of an array key with one ``incr_many(..., at=)``::
 
     .venv/bin/python benchmarks/environment_scale.py --throughput --agents 1000000 \\
         --backend ray --workers 2 [--shards 2]
+
+``--nearby``: ``Map2D`` alone, ``--agents`` positions at ``--density``: every position's
+neighbours within ``--radius`` at once (asked by ids, and by points), a tenth of them, one
+point at a time, and ``k_nearest_many``, each the best of 3::
+
+    .venv/bin/python benchmarks/environment_scale.py --nearby --agents 1000000
 """
 
 from __future__ import annotations
@@ -273,6 +279,48 @@ async def throughput(args: argparse.Namespace) -> None:
         assert counts == [expected], counts
 
 
+def nearby(args: argparse.Namespace) -> None:
+    n, r = args.agents, args.radius
+    side = float(np.sqrt(n / args.density))
+    rng = np.random.default_rng(args.seed)
+    ids = np.arange(n)
+    xs, ys = rng.uniform(0, side, n), rng.uniform(0, side, n)
+    plane = Map2D(side, side, cell_size=r)
+    plane.place_many(ids, xs, ys)
+    points = np.column_stack((xs, ys))
+    tenth = rng.choice(n, n // 10, replace=False)
+    one = rng.choice(n, min(n, 20_000), replace=False)
+
+    def one_by_one() -> int:
+        return sum(len(plane.nearby((xs[i], ys[i]), r, exclude=int(i)))
+                   for i in one.tolist())
+
+    import scipy.spatial  # noqa: F401 - imported once, on first use, not timed here
+
+    clock = time.perf_counter
+    t0 = clock()
+    plane.nearby_many(ids[:1], r)  # the KD-tree, built once after a change
+    print(json.dumps({"nearby": "KD-tree build", "positions": n,
+                      "s": round(clock() - t0, 3)}), flush=True)
+    for label, call, asked in (
+            ("nearby_many, every id", lambda: plane.nearby_many(ids, r, exclude=ids), n),
+            ("nearby_many, every point", lambda: plane.nearby_many(points, r, exclude=ids), n),
+            ("nearby_many, a tenth of the ids",
+             lambda: plane.nearby_many(tenth, r, exclude=tenth), len(tenth)),
+            ("k_nearest_many k=8, every id",
+             lambda: plane.k_nearest_many(ids, 8, exclude=ids), n),
+            ("nearby, one point at a time", one_by_one, len(one))):
+        best = float("inf")
+        for _ in range(3):
+            t0 = clock()
+            found = call()
+            best = min(best, clock() - t0)
+        pairs = found if isinstance(found, int) else len(found[1])
+        print(json.dumps({"nearby": label, "positions": n, "radius": r, "asked": asked,
+                          "found": pairs, "s": round(best, 3),
+                          "per_s": round(asked / best)}), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", type=int, default=100_000)
@@ -288,7 +336,11 @@ def main() -> None:
                         help="measure the environment service alone")
     parser.add_argument("--shards", type=int, default=1,
                         help="with --throughput: services the keys are split over")
+    parser.add_argument("--nearby", action="store_true", help="measure Map2D alone")
     args = parser.parse_args()
+    if args.nearby:
+        nearby(args)
+        return
     if args.throughput:
         asyncio.run(throughput(args))
         return
