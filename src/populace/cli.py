@@ -327,6 +327,11 @@ def estimate(
                       "unbounded" if m.concurrency is None else f"{m.concurrency:,}",
                       "-" if m.wall_s is None else f"{m.wall_s:,.1f}")
     out.print(table)
+    for m in result.all_models:
+        if m.individual is not None:
+            out.print(f"{escape(m.model)} samples archetypes: {m.calls:,} calls; asking every "
+                      f"agent: ~{m.individual['calls']:,} calls, "
+                      f"{m.individual['prompt_tokens']:,} prompt tokens", soft_wrap=True)
     wall = result.wall_s
     out.print(f"predicted: {result.calls:,} calls"
               f"{'' if result.cost is None else f', cost {result.cost:,.2f}'}"

@@ -85,3 +85,34 @@ def test_a_pilot_of_zero_is_refused() -> None:
         asyncio.run(estimate({"models": {"m": {"provider": "openai", "model": "x",
                                                "base_urls": ["http://127.0.0.1:9/v1"]}}},
                              Path("run.yaml"), pilot=0))
+
+
+ARCHETYPES = Path(__file__).resolve().parents[2] / "examples" / "survey" / "archetypes.yaml"
+
+
+async def test_archetype_sampling_is_estimated_by_archetypes_not_agents(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """A pilot of 50 meets few of the archetypes: its samples are scaled by the archetypes
+    of the full population, its audited agents' calls by the agents; both within 25% of the
+    full run, and what asking every agent would take is predicted too."""
+    monkeypatch.chdir(tmp_path)
+    async with running_server(ServerOptions(policy="scripted", models=("scripted",))) as url:
+        data = yaml.safe_load(ARCHETYPES.read_text())
+        data["agents"] = 6000
+        data["settings"]["questionnaire"] = str(ARCHETYPES.parent / "questionnaire.yaml")
+        data["models"] = {"scripted": {
+            "provider": "openai", "model": "scripted", "base_urls": [url],
+            "max_concurrency": 32, "sampling": {"by": ["age", "education"], "samples": 4,
+                                                "audit": 0.05}}}
+        source = tmp_path / "archetypes.yaml"
+        source.write_text(yaml.safe_dump(data))
+        guess = await estimate(data, source)
+        summary = await launch(load_run_file(source), RunDirectory.create(tmp_path / "run"))
+    (model,) = guess.models
+    (step,) = summary["steps"]
+    made = step["llm"]["scripted"]["requests"]
+    assert abs(model.calls - made) <= 0.25 * made, (model.calls, made)
+    assert model.individual is not None
+    asked = step["sampling"]["scripted"]["individual"]["calls"]
+    assert abs(model.individual["calls"] - asked) <= 0.25 * asked
+    assert model.individual["calls"] > 5 * model.calls

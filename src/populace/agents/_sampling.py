@@ -180,9 +180,10 @@ def sampling_report(before: SamplingCounts, now: SamplingCounts, *, seed: int = 
                     ) -> dict[str, dict[str, Any]]:
     """A step's archetype sampling per model, from the counters before and after it:
     ``shared`` (decisions answered by an archetype's samples), per decision
-    :func:`divergence` of the step's audited pairs, and ``individual``: what asking every
-    agent would have cost (calls and tokens: the audited agents' mean, times the
-    decisions). Models that sampled nothing are left out."""
+    :func:`divergence` of the step's audited pairs, ``audit_cost``: the audited agents' own
+    decisions, calls and tokens, and ``individual``: what asking every agent would have
+    cost (calls and tokens: the audited agents' mean, times the decisions). Models that
+    sampled nothing are left out."""
     out: dict[str, dict[str, Any]] = {}
     for model in sorted({*now.audit, *now.shared}):
         shared = now.shared.get(model, 0) - before.shared.get(model, 0)
@@ -198,6 +199,8 @@ def sampling_report(before: SamplingCounts, now: SamplingCounts, *, seed: int = 
             got["individual"] = {"calls": round(calls / n * shared),
                                  "prompt_tokens": round(prompt / n * shared),
                                  "completion_tokens": round(completion / n * shared)}
+            got["audit_cost"] = {"decisions": n, "calls": calls, "prompt_tokens": prompt,
+                                 "completion_tokens": completion}
         out[model] = got
     return out
 

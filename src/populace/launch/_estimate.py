@@ -9,7 +9,10 @@ predicted calls and tokens, and ``price_per_million`` makes them a cost.
 Wall time is predicted for runs whose time goes to the models: a step lasts as long as an
 agent's calls in sequence (``calls`` per agent per step) take, once per wave of agents that
 the clients let in flight at once (``max_concurrency`` × endpoints × workers; unbounded for
-the dummy and scripted models), at the pilot's mean latency per call. The platform's own
+the dummy and scripted models), at the pilot's mean latency per call. With archetype
+sampling (a model's ``sampling:``), the archetypes' calls grow with the number of archetypes
+and workers, not the agents; only the audited agents' own calls grow with the agents (see
+:func:`_archetypes`). The platform's own
 time per agent (seconds per million agents for the dummy model; see docs/benchmarks.md) is
 not included.
 """
@@ -46,6 +49,8 @@ class ModelEstimate:
     latency_s: float | None  # the pilot's mean per call
     concurrency: int | None  # calls in flight at once (None: not bounded)
     wall_s: float | None  # the time these calls take in the full run
+    #: with archetype sampling: the calls and tokens of asking every agent instead
+    individual: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -154,25 +159,62 @@ async def estimate(data: dict[str, Any], source: Path, overrides: dict[str, Any]
         requests = sum(c.get("requests", 0) for c in counted)
         if not requests and name not in latencies:
             continue
-        ptok = sum(c.get("prompt_tokens", 0) for c in counted) * scale
-        ctok = sum(c.get("completion_tokens", 0) for c in counted) * scale
-        calls = requests * scale
+        totals = (requests, sum(c.get("prompt_tokens", 0) for c in counted),
+                  sum(c.get("completion_tokens", 0) for c in counted))
+        individual = None
+        sampled = [e["sampling"][name] for e in entries if name in (e.get("sampling") or {})]
+        if sampled and config.sampling is not None:
+            calls, ptok, ctok, individual = _archetypes(
+                full, pilot_file, sampled, totals, scale * pilot_steps / o.steps,
+                o.steps / pilot_steps, config.sampling.by)
+        else:
+            calls, ptok, ctok = (x * scale for x in totals)
         prices = getattr(config, "price_per_million", None)
         cost = None if prices is None else round((ptok * prices[0] + ctok * prices[1]) / 1e6, 6)
         seen = latencies.get(name) or []
         latency = sum(seen) / len(seen) if seen else None
         limit = _concurrency(config, o.workers)
         wall = None
-        if latency is not None:
+        if latency is not None and individual is not None:  # calls no longer per agent
+            waves = 1.0 if limit is None else max(1.0, calls / o.steps / limit)
+            wall = round(o.steps * waves * latency, 3)
+        elif latency is not None:
             per_agent = requests / (pilot_agents * pilot_steps)  # calls one agent makes in turn
             waves = 1.0 if limit is None else max(1.0, o.agents / limit)
             wall = round(o.steps * math.ceil(per_agent) * latency * waves, 3)
         models.append(ModelEstimate(name, round(calls), round(ptok), round(ctok), cost,
                                     None if latency is None else round(latency, 6), limit,
-                                    wall))
+                                    wall, individual))
     return Estimate(o.agents, o.steps, pilot_agents, pilot_steps,
                     float(summary.get("wall_s", 0.0)), tuple(models),
                     _backgrounds(full, summary.get("backgrounds")))
+
+
+def _archetypes(full: RunFile, pilot: RunFile, sampled: list[dict[str, Any]],
+                totals: tuple[int, int, int], agents: float, steps: float,
+                by: list[str]) -> tuple[float, float, float, dict[str, int]]:
+    """An archetype-sampled model's calls and tokens in the full run: the audited agents'
+    own (``audit_cost``) grow with the agents; the archetypes' samples with the number of
+    archetypes (distinct values of ``by`` in the full population against the pilot's) and
+    workers. Also what asking every agent would take (``individual``, per agent).
+    ``agents``, ``steps``: the full run's over the pilot's."""
+    audit = [sum(s.get("audit_cost", {}).get(k, 0) for s in sampled)
+             for k in ("calls", "prompt_tokens", "completion_tokens")]
+    kinds = _count_archetypes(full, by) / max(1, _count_archetypes(pilot, by))
+    workers = full.options.workers / pilot.options.workers
+    shared = [(t - a) * kinds * workers * steps + a * agents * steps
+              for t, a in zip(totals, audit, strict=True)]
+    individual = {k: round(sum(s.get("individual", {}).get(k, 0) for s in sampled) * agents
+                           * steps) for k in ("calls", "prompt_tokens", "completion_tokens")}
+    return shared[0], shared[1], shared[2], individual
+
+
+def _count_archetypes(run_file: RunFile, by: list[str]) -> int:
+    """Distinct values of the ``by`` columns in the run's population (1 without one)."""
+    table = run_file.sample_population()
+    if table is None or not set(by) <= set(table.column_names):
+        return 1
+    return table.group_by(by).aggregate([]).num_rows
 
 
 def _backgrounds(full: RunFile, pilot: dict[str, Any] | None) -> ModelEstimate | None:
