@@ -132,56 +132,6 @@ def _check_key(key: Any) -> None:
         raise TypeError(f"environment keys are strings, got {type(key).__name__}: {key!r}")
 
 
-class KeyList(list[str]):
-    """The keys of a many-key operation: a list that pickles as one string.
-
-    Pickling a list of a million short strings costs about ten times as much as pickling
-    them joined by NUL and splitting them again (Ray's pickler calls back into Python once
-    per object); keys with a NUL in them, or that are not strings, pickle as a list.
-    """
-
-    __slots__ = ()
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        try:
-            joined = "\0".join(self)
-        except TypeError:
-            return (list, (list(self),))
-        if joined.count("\0") != len(self) - 1 or not self:
-            return (list, (list(self),))
-        return (_split_keys, (joined,))
-
-
-def _split_keys(joined: str) -> KeyList:
-    return KeyList(joined.split("\0"))
-
-
-def as_keys(keys: Any) -> list[str]:
-    """Keys of a many-key operation as a list (a NumPy array of strings is converted)."""
-    if isinstance(keys, list):
-        return keys
-    if isinstance(keys, str):
-        raise TypeError("a many-key operation takes a sequence of keys, got one string "
-                        f"{keys!r}")
-    if isinstance(keys, np.ndarray):
-        return keys.tolist()
-    return list(keys)
-
-
-def per_key(args: Any, n: int, what: str) -> list[Any] | None:
-    """One argument per key (a list), or None for one argument shared by every key (a
-    scalar). ``what`` names the argument in the error for a length that does not match."""
-    if isinstance(args, np.ndarray):
-        if args.ndim == 0:
-            return None
-        args = args.tolist()
-    elif not isinstance(args, list | tuple):
-        return None
-    if len(args) != n:
-        raise ValueError(f"{what} must have one entry per key: {n} keys, {len(args)} {what}")
-    return args if type(args) is list else list(args)
-
-
 class _Listener:
     __slots__ = ("active", "descendants", "fn", "key", "kinds", "prefix", "seq")
 
@@ -498,8 +448,8 @@ class Env:
         array([0, 2])
         """
         if at is not None:
-            return self._at("query", keys, at, None)
-        return self._each("query", as_keys(keys), None, None)
+            return at_positions(self, "query", keys, at, None)
+        return each(self, "query", as_keys(keys), None, None)
 
     def incr_many(self, keys: Sequence[str] | str, deltas: Any = 1, *,
                   at: Any = None) -> npt.NDArray[Any]:
@@ -519,10 +469,10 @@ class Env:
         array([2, 1, 2])
         """
         if at is not None:
-            return self._at("incr", keys, at, deltas)
+            return at_positions(self, "incr", keys, at, deltas)
         keys = as_keys(keys)
-        return np.asarray(self._each("incr", keys, per_key(deltas, len(keys), "deltas"),
-                                     None, deltas))
+        return np.asarray(each(self, "incr", keys, per_key(deltas, len(keys), "deltas"), None,
+                               deltas))
 
     def update_many(self, keys: Sequence[str] | str, values: Any = _MISSING, *,
                     fn: Callable[[Any], Any] | None = None, at: Any = None) -> None:
@@ -541,173 +491,17 @@ class Env:
             raise TypeError("update_many() takes a plain function; an async fn holds its "
                             "key while it runs: use update(key, fn=...) through a service")
         if at is not None:
-            self._at("set" if fn is None else "update", keys, at, fn or values)
+            at_positions(self, "set" if fn is None else "update", keys, at, fn or values)
             return
         keys = as_keys(keys)
         if fn is not None:
-            self._each("update", keys, None, None, fn)
+            each(self, "update", keys, None, None, fn)
             return
         args = per_key(values, len(keys), "values")
         if args is None:
             raise TypeError("update_many() takes one value per key (a list or an array), got "
                             f"{type(values).__name__}")
-        self._each("set", keys, args, None)
-
-    def _at(self, kind: str, key: Any, at: Any, arg: Any) -> Any:
-        """A many-key operation on the elements ``at`` of the array held by ``key``."""
-        if self._served is not None:
-            raise self._refuse(_MANY_VERB[kind], key if isinstance(key, str) else None)
-        if type(key) is not str:
-            raise TypeError("with at=, the first argument is one key (a string) holding an "
-                            f"array, got {type(key).__name__}")
-        home = self._home(key)
-        if home is None:
-            raise UnknownKeyError(key, self._path)
-        old = home._data[key]
-        if not isinstance(old, np.ndarray) or old.ndim != 1:
-            raise TypeError(f"key {key!r} holds {type(old).__name__}; at= addresses the "
-                            "elements of a one-dimensional NumPy array")
-        idx = np.asarray(at)
-        if idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
-            raise TypeError(f"at= takes one-dimensional integer positions, got {idx.dtype} "
-                            f"with shape {idx.shape}")
-        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= len(old)):
-            raise IndexError(f"at= positions must be in [0, {len(old)}) for key {key!r}, got "
-                             f"{int(idx.min())}..{int(idx.max())}")
-        if kind == "query":
-            self._reads += 1
-            return old[idx]
-        new = old.copy()
-        if kind == "incr":
-            np.add.at(new, idx, arg)
-        elif kind == "set":
-            new[idx] = arg
-        else:
-            new[idx] = arg(old[idx])
-        home._data[key] = new
-        home._writes += 1
-        home._emit("update", key, old, new)
-        return new[idx] if kind == "incr" else None
-
-    def _each(self, kind: str, keys: list[str], args: list[Any] | None,
-              errors: dict[int, BaseException] | None, shared: Any = None) -> list[Any]:
-        """Apply the one-key operation ``kind`` (``query``, ``incr``, ``set``, ``update``)
-        to each key in order; ``args[j]`` is key ``j``'s argument (None: ``shared`` for
-        all). Returns each key's result.
-
-        ``errors`` None: every key is looked up first (an unknown one raises and nothing
-        changes) and a failure raises. Otherwise each key stands alone, as one-key ops
-        would: its failure goes to ``errors[j]`` (its result None) and the others apply.
-        """
-        if self._served is not None:
-            raise self._refuse(_MANY_VERB[kind])
-        if not self._n_listeners and not self._tree.n_descendant_listeners:
-            out = self._each_here(kind, keys, args, shared)
-            if out is not None:
-                return out
-        data = self._data
-        n = len(keys)
-        where: dict[int, Env] | None = None
-        outside = [j for j, k in enumerate(keys) if k not in data]
-        if outside:
-            where = {}
-            for j in outside:
-                home = self._parent._home(keys[j]) if self._parent is not None else None
-                if home is None:
-                    key = keys[j]
-                    error: BaseException
-                    try:
-                        _check_key(key)
-                        error = UnknownKeyError(key, self._path)
-                    except TypeError as e:
-                        error = e
-                    if errors is None:
-                        raise error
-                    errors[j] = error
-                else:
-                    where[j] = home
-        if kind == "query":
-            self._reads += n
-        out = [None] * n
-        for j, key in enumerate(keys):
-            if errors is not None and j in errors:
-                continue
-            home = self if where is None else where.get(j, self)
-            try:
-                if kind == "query":
-                    out[j] = home._data[key]
-                    continue
-                old = home._data[key]
-                arg = shared if args is None else args[j]
-                if kind == "incr":
-                    new = old + arg
-                elif kind == "set":
-                    new = arg
-                else:
-                    new = arg(old)
-                check_value(new)
-                home._data[key] = new
-                home._writes += 1
-                home._emit("update", key, old, new)
-                out[j] = new
-            except Exception as e:
-                if errors is None:
-                    raise
-                errors[j] = e
-        return out
-
-    def _each_here(self, kind: str, keys: list[str], args: list[Any] | None,
-                   shared: Any) -> list[Any] | None:
-        """:meth:`_each` in one tight loop over this environment's dict, for when nobody
-        listens: None (and nothing changed) if a key is not this environment's own or an
-        operation fails, for the careful path to redo."""
-        data = self._data
-        if kind == "query":
-            try:
-                out = list(map(data.__getitem__, keys))
-            except (KeyError, TypeError):
-                return None
-            self._reads += len(keys)
-            return out
-        out = []
-        put = out.append
-        olds: list[Any] = []
-        keep = olds.append
-        try:
-            if kind == "incr" and args is None:
-                for key in keys:
-                    keep(old := data[key])
-                    data[key] = new = old + shared
-                    put(new)
-            elif kind == "incr":
-                assert args is not None
-                for key, by in zip(keys, args, strict=True):
-                    keep(old := data[key])
-                    data[key] = new = old + by
-                    put(new)
-            elif kind == "set":
-                assert args is not None
-                for key, new in zip(keys, args, strict=True):
-                    if type(new) not in _PLAIN:
-                        check_value(new)
-                    keep(data[key])
-                    data[key] = new
-                    put(new)
-            else:
-                for key in keys:
-                    keep(old := data[key])
-                    new = shared(old)
-                    if type(new) not in _PLAIN:
-                        check_value(new)
-                    data[key] = new
-                    put(new)
-        except Exception:
-            # Undo, newest first (a key given twice gets its first old value back).
-            for key, old in zip(reversed(keys[:len(olds)]), reversed(olds), strict=True):
-                data[key] = old
-            return None
-        self._writes += len(out)
-        return out
+        each(self, "set", keys, args, None)
 
     # -- listeners ---------------------------------------------------------------------------
     def monitor(
@@ -866,3 +660,7 @@ class Env:
         self._owners = dict(state.get("owners") or {})
         for name, sub in (state.get("children") or {}).items():
             self.child(name).set_state(sub)
+
+
+# The many-key operations' implementation uses this module's names: imported last.
+from ._many import as_keys, at_positions, each, per_key  # noqa: E402

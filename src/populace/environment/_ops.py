@@ -14,7 +14,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from ._env import KeyList, as_keys, per_key
+from ._many import KeyList, as_keys, each, per_key
 
 if TYPE_CHECKING:
     from populace.core import Placeholder
@@ -192,7 +192,7 @@ def apply_now(env: Env, op: Op) -> Any:
             return env.update_many(keys, fn=x, at=at)
         if kind == "each":  # what EnvClient sends for a run of like one-key ops
             errors: dict[int, BaseException] = {}
-            return env._each(op.key, keys, x, errors, None), errors
+            return each(env, op.key, keys, x, errors, None), errors
     raise ValueError(f"unknown environment operation {kind!r}")
 
 

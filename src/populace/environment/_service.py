@@ -31,9 +31,10 @@ import numpy as np
 
 from populace.core import Placeholder, Signal, TaskOwner
 
-from ._env import Env, EnvEvent, EnvStats, EventKind, KeyList, as_keys, per_key
+from ._env import Env, EnvEvent, EnvStats, EventKind
 from ._errors import ServiceClosed, UnknownKeyError
 from ._listeners import Subscription
+from ._many import KeyList, as_keys, per_key
 from ._ops import KEYLESS, MANY, EnvVerbs, Op, Reply, SubmitVerbs, apply_now
 
 

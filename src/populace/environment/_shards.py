@@ -28,7 +28,8 @@ import numpy as np
 
 from populace.core import Placeholder, ServiceHandle
 
-from ._env import Env, EnvEvent, EnvStats, EventKind, KeyList, as_keys, per_key
+from ._env import Env, EnvEvent, EnvStats, EventKind
+from ._many import KeyList, as_keys, per_key
 from ._ops import KEYLESS, MANY, Op, Reply, SubmitVerbs
 from ._remote import RemoteEnvService, ServiceActor
 from ._service import ServiceStats
