@@ -6,12 +6,16 @@
   applied in arrival order, different keys in parallel up to ``max_concurrency``;
   :class:`EnvClient` batches a worker's operations of one tick into one message; :class:`Op`
   is an operation as picklable data.
+- Many keys in one operation (``query_many``, ``incr_many``, ``update_many``; with ``at=``
+  the elements of an array key), on ``Env``, the service and the client, which also merges
+  a tick's like one-key operations into one.
 - :func:`serve` -- the service for a simulation: placed by the backend in a process of its own
-  (:class:`RemoteEnvService`, same API) on the Ray backend, in-process on the local one. After
-  a remote ``serve`` the ``Env`` objects refuse direct use (:class:`EnvServedError`): read,
-  write and listen through the service, which works the same on every backend.
+  (:class:`RemoteEnvService`, same API) on the Ray backend, in-process on the local one;
+  ``shards=N`` splits the keys over N services. After a remote ``serve`` the ``Env`` objects
+  refuse direct use (:class:`EnvServedError`): read, write and listen through the service,
+  which works the same on every backend. ``serve(map2d, sim)`` serves a map the same way.
 - :class:`Timeline` -- the simulated clock (mirrored into an ``Env`` or through a service);
-  :class:`Map2D` -- positions and neighbours.
+  :class:`Map2D` -- positions and neighbours, for one point or many at once.
 
 Errors derive from :class:`EnvError` (itself a :class:`populace.core.PopulaceError`).
 """
