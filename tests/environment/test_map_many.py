@@ -3,6 +3,8 @@ at once, as CSR-style arrays."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -20,7 +22,7 @@ def town(n: int = 3000, seed: int = 1) -> tuple[Map2D, np.ndarray, np.ndarray]:
 
 
 def rows(indptr: np.ndarray, indices: np.ndarray) -> list[list[int]]:
-    return [indices[a:b].tolist() for a, b in zip(indptr[:-1], indptr[1:], strict=True)]
+    return [indices[a:b].tolist() for a, b in itertools.pairwise(indptr)]
 
 
 @pytest.mark.parametrize("radius", [0.0, 2.5, 7.0])

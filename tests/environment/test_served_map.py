@@ -5,6 +5,7 @@ agents on the workers."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,7 @@ class Walker(Agent):
 
 def rows(found: tuple[np.ndarray, np.ndarray]) -> list[list[int]]:
     indptr, indices = found
-    return [indices[a:b].tolist() for a, b in zip(indptr[:-1], indptr[1:], strict=True)]
+    return [indices[a:b].tolist() for a, b in itertools.pairwise(indptr)]
 
 
 async def within(awaitable: Any) -> Any:

@@ -11,7 +11,15 @@ import numpy as np
 import pytest
 
 from populace.core import Agent, PerWorker, Profile, Simulation
-from populace.environment import Env, EnvClient, EnvEvent, EnvServedError, Op, serve
+from populace.environment import (
+    Env,
+    EnvClient,
+    EnvEvent,
+    EnvServedError,
+    Op,
+    Timeline,
+    serve,
+)
 from populace.environment._shards import ShardedEnvService, shard_of
 
 WAIT = 60
@@ -58,7 +66,7 @@ def random_ops(rng: random.Random, n: int) -> list[Op]:
             out.append(Op.query_prefix("k1", env=env))
         elif pick == "many":
             # No unknown key: with shards the keys of other shards would still change.
-            out.append(Op.incr_many(rng.sample(KEYS, 4) + [rng.choice(KEYS)], 1, env=env))
+            out.append(Op.incr_many([*rng.sample(KEYS, 4), rng.choice(KEYS)], 1, env=env))
         elif pick == "qmany":
             out.append(Op.query_many(rng.sample(KEYS, 5), env=env))
         elif pick == "at":
@@ -147,6 +155,11 @@ async def test_keys_spread_over_the_shards_and_the_tree_refuses_direct_use() -> 
         assert await service.query_prefix("k1") == {"k1": 1, "k10": 1, "k11": 1}
         assert await service.query("k0", env="world/town") == 100
         assert await service.apply([]) == []
+        clock = Timeline(0.0, 1.0)
+        clock.mirror(service, "hour")  # a write per step, through the shards
+        clock.advance(2)
+        await clock.synced()
+        assert await service.query("hour") == 2.0
         with pytest.raises(EnvServedError, match="sharded"):
             root.query("k0")
         # An unknown key changes nothing on its shard; keys on the others are applied.
