@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from populace.environment import (
     Env,
@@ -264,3 +266,56 @@ def test_the_keys_of_a_many_key_op_pickle_back_as_they_were(keys: list[str]) -> 
     op = Op.incr_many(keys, 1)
     back = pickle.loads(pickle.dumps(op))
     assert list(back.arg[0]) == keys and back == op
+
+
+# -- a many-key op is the one-key ops it stands for ------------------------------------------
+
+ENVS = ("world", "world/town")
+
+
+def one_by_one(env: Env, kind: str, keys: list[str], args: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    for key, arg in zip(keys, args, strict=True):
+        try:
+            if kind == "incr":
+                out.append(env.update(key, fn=lambda old, by=arg: old + by))
+            elif kind == "set":
+                out.append(env.update(key, arg))
+            else:
+                out.append(env.query(key))
+        except Exception as error:
+            out.append(type(error).__name__)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(kind=st.sampled_from(["incr", "set", "query"]),
+       picks=st.lists(st.tuples(st.sampled_from(["k0", "k1", "k2", "k3", "nope", "s"]),
+                                st.integers(-3, 3)), max_size=12),
+       where=st.sampled_from(ENVS), listening=st.booleans())
+def test_each_is_the_one_key_ops_in_order(kind: str, picks: list[tuple[str, int]],
+                                          where: str, listening: bool) -> None:
+    """The loop services run for merged ops (fast path, or key by key with listeners,
+    keys in ancestors, unknown keys, a failing add) against one-key ops."""
+    from populace.environment._many import each
+
+    results = []
+    for many in (True, False):
+        world, _ = tree()
+        world.register("s", "text")  # "text" + 1 fails: a TypeError for that key alone
+        heard: list[Any] = []
+        if listening:
+            world.monitor(lambda e, heard=heard: heard.append((e.env, e.key, e.new)),
+                          descendants=True)
+        env = world.find(where)
+        keys = [k for k, _ in picks]
+        args = [a for _, a in picks]
+        if many:
+            errors: dict[int, BaseException] = {}
+            got = each(env, kind, keys, None if kind == "query" else args, errors)
+            for j, error in errors.items():
+                got[j] = type(error).__name__
+        else:
+            got = one_by_one(env, kind, keys, args)
+        results.append((got, world.get_state(), heard))
+    assert results[0] == results[1]
