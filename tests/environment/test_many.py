@@ -319,3 +319,41 @@ def test_each_is_the_one_key_ops_in_order(kind: str, picks: list[tuple[str, int]
             got = one_by_one(env, kind, keys, args)
         results.append((got, world.get_state(), heard))
     assert results[0] == results[1]
+
+
+CLEAN = st.lists(st.tuples(st.lists(st.integers(0, 5), max_size=6),
+                          st.sampled_from([1, 2, -3, "array"])), min_size=1, max_size=10)
+ANY = st.lists(st.tuples(st.lists(st.integers(-1, 6), max_size=5),  # -1, 6: out of range
+                         st.sampled_from([1, 2, -3, "array", 0.5])), min_size=1, max_size=10)
+
+
+@settings(max_examples=80, deadline=None)
+@given(ops=st.one_of(CLEAN, ANY), dtype=st.sampled_from(["int64", "int64", "float64"]),
+       listening=st.sampled_from([False, False, True]))
+async def test_merged_at_ops_give_what_they_give_alone(ops: list[tuple[list[int], Any]],
+                                                       dtype: str, listening: bool) -> None:
+    """A run of incr_many(key, ..., at=) merged by the client (one vectorised pass for
+    integers) against the same ops one by one: each op's result, error and the array."""
+    results = []
+    for merge in (True, False):
+        world = Env("world")
+        world.register("column", np.arange(6, dtype=dtype) * 10)
+        heard: list[Any] = []
+        if listening:
+            world.monitor(lambda e, heard=heard: heard.append(e.new.tolist()), key="column")
+        async with EnvService(world) as service:
+            client = EnvClient(service, merge=merge)
+
+            async def one(at: list[int], by: Any, client: EnvClient = client) -> Any:
+                delta = np.arange(len(at)) + 1 if by == "array" else by
+                try:
+                    return (await client.incr_many("column", delta, at=at)).tolist()
+                except Exception as error:
+                    return type(error).__name__
+
+            got = await asyncio.gather(*(one(at, by) for at, by in ops))
+            results.append((got, world.query("column").tolist(), heard,
+                            client.statistics().merged > 0))
+    (merged, column_m, heard_m, did_merge), (alone, column_a, heard_a, _) = results
+    assert merged == alone and column_m == column_a and heard_m == heard_a
+    assert did_merge == (len(ops) > 1)

@@ -106,6 +106,7 @@ def at_positions(env: Env, kind: str, key: Any, at: Any, arg: Any) -> Any:
     home._emit("update", key, old, new)
     return new[idx] if kind == "incr" else None
 
+
 def each(env: Env, kind: str, keys: list[str], args: list[Any] | None,
      errors: dict[int, BaseException] | None, shared: Any = None) -> list[Any]:
     """Apply the one-key operation ``kind`` (``query``, ``incr``, ``set``, ``update``)
@@ -225,3 +226,74 @@ def _each_here(env: Env, kind: str, keys: list[str], args: list[Any] | None,
         return None
     env._writes += len(out)
     return out
+
+
+def incr_at_each(env: Env, key: str, deltas: list[Any], ats: list[Any]
+                 ) -> tuple[list[Any], dict[int, BaseException]]:
+    """``incr_many(key, deltas[m], at=ats[m])`` for each ``m`` in order, as one step: what
+    an :class:`EnvClient` sends for its agents' run of such operations on one array key.
+
+    Each operation's outcome is its own, as if applied alone: the elements at its
+    positions once it (and those before it) are added. Integer arrays with nobody
+    listening take one vectorised pass; anything else (floats, whose sums would round
+    differently; a listener, who hears each operation; a bad operation) is applied
+    operation by operation.
+    """
+    n = len(ats)
+    home = env._home(key) if env._served is None else None
+    old = home._data[key] if home is not None else None
+    parts = [np.asarray(a) for a in ats]
+    if (home is None or not isinstance(old, np.ndarray) or old.ndim != 1
+            or old.dtype.kind not in "iu" or home._n_listeners
+            or home._tree.n_descendant_listeners
+            or any(a.ndim != 1 or a.dtype.kind not in "iu" for a in parts)
+            or any(not _integral(d) for d in deltas)):
+        return _one_at_a_time(env, key, deltas, ats)
+    sizes = np.fromiter((a.size for a in parts), dtype=np.int64, count=n)
+    where = np.concatenate(parts) if n else np.empty(0, dtype=np.int64)
+    if where.size and (int(where.min()) < 0 or int(where.max()) >= len(old)):
+        return _one_at_a_time(env, key, deltas, ats)
+    by = np.concatenate([np.broadcast_to(np.asarray(d, dtype=old.dtype), (size,))
+                         for d, size in zip(deltas, sizes.tolist(), strict=True)])
+    new = old.copy()
+    np.add.at(new, where, by)
+    # Each operation's result: the old value plus every delta at that position from the
+    # operations up to and including its own. Sorted by (position, operation), a running
+    # sum per position, read at the last element of each (position, operation) run.
+    op = np.repeat(np.arange(n), sizes)
+    order = np.lexsort((op, where))
+    p, o, d = where[order], op[order], by[order]
+    total = np.cumsum(d)
+    first = np.ones(p.size, dtype=bool)
+    first[1:] = p[1:] != p[:-1]
+    start = np.flatnonzero(first)
+    running = total - (total[start] - d[start])[np.cumsum(first) - 1]
+    last = np.ones(p.size, dtype=bool)
+    last[:-1] = (p[1:] != p[:-1]) | (o[1:] != o[:-1])
+    run_of = np.cumsum(last) - last  # each element's (position, operation) run
+    after = np.empty(where.size, dtype=new.dtype)
+    after[order] = old[p] + running[np.flatnonzero(last)][run_of]
+    home._data[key] = new
+    home._writes += n
+    bounds = np.cumsum(sizes)[:-1].tolist()
+    return list(np.split(after, bounds)), {}
+
+
+def _integral(delta: Any) -> bool:
+    if type(delta) is int:
+        return True
+    kind = getattr(delta, "dtype", None)
+    return kind is not None and kind.kind in "iu"
+
+
+def _one_at_a_time(env: Env, key: str, deltas: list[Any], ats: list[Any]
+                   ) -> tuple[list[Any], dict[int, BaseException]]:
+    values: list[Any] = []
+    errors: dict[int, BaseException] = {}
+    for m, (d, at) in enumerate(zip(deltas, ats, strict=True)):
+        try:
+            values.append(at_positions(env, "incr", key, at, d))
+        except Exception as error:
+            values.append(None)
+            errors[m] = error
+    return values, errors

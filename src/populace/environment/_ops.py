@@ -14,7 +14,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from ._many import KeyList, as_keys, each, per_key
+from ._many import KeyList, as_keys, each, incr_at_each, per_key
 
 if TYPE_CHECKING:
     from populace.core import Placeholder
@@ -23,12 +23,12 @@ if TYPE_CHECKING:
 
 OpKind = Literal["query", "query_prefix", "query_where", "register", "set", "update", "incr",
                  "append", "delete", "query_many", "incr_many", "set_many", "update_many",
-                 "each"]
+                 "each", "each_at"]
 KEYLESS = frozenset(("query_prefix", "query_where"))
 #: Kinds on many keys at once. Their ``arg`` is ``(keys, x, at)``: with ``at`` None, ``keys``
 #: is a sequence and ``key`` is "" (the service splits the op by key when some are held);
 #: otherwise ``key`` names the one key holding an array, as for a one-key op.
-MANY = frozenset(("query_many", "incr_many", "set_many", "update_many", "each"))
+MANY = frozenset(("query_many", "incr_many", "set_many", "update_many", "each", "each_at"))
 _UNSET: Any = object()
 
 
@@ -193,6 +193,8 @@ def apply_now(env: Env, op: Op) -> Any:
         if kind == "each":  # what EnvClient sends for a run of like one-key ops
             errors: dict[int, BaseException] = {}
             return each(env, op.key, keys, x, errors, None), errors
+        if kind == "each_at":  # and for a run of incr_many(key, ..., at=) on one key
+            return incr_at_each(env, op.key, x, at)
     raise ValueError(f"unknown environment operation {kind!r}")
 
 

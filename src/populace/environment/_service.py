@@ -153,7 +153,9 @@ def _width(op: Op) -> int:
     if op.kind not in MANY:
         return 1
     keys, _, at = op.arg
-    return len(keys) if at is None else len(at)
+    if at is None:
+        return len(keys)
+    return sum(map(len, at)) if op.kind == "each_at" else len(at)
 
 
 class _Entry:
@@ -678,8 +680,9 @@ _MERGED = frozenset(("incr", "query", "set"))
 
 
 def _merge(ops: list[Op]) -> tuple[list[Op], list[int] | None]:
-    """Runs of like one-key ops (``incr``, ``query`` or ``set`` on one environment) as one
-    many-key op each, and how many ops each op sent stands for (None: nothing merged).
+    """Runs of like one-key ops (``incr``, ``query`` or ``set`` on one environment), and of
+    ``incr_many(key, ..., at=)`` on one array key, as one op each, and how many ops each op
+    sent stands for (None: nothing merged).
 
     The service applies such an op in one pass, each key in order after the ops before it
     on that key, and each key's outcome apart: exactly the one-key ops it replaces, at a
@@ -697,6 +700,18 @@ def _merge(ops: list[Op]) -> tuple[list[Op], list[int] | None]:
             env = op.env
             while j < n and ops[j].kind == kind and ops[j].env == env:
                 j += 1
+        elif kind == "incr_many" and op.arg[2] is not None:  # on an array key, at=
+            env, key = op.env, op.key
+            while (j < n and ops[j].kind == kind and ops[j].key == key
+                   and ops[j].env == env and ops[j].arg[2] is not None):
+                j += 1
+            if j - i > 1:
+                run = ops[i:j]
+                out.append(Op("each_at", key, (key, [o.arg[1] for o in run],
+                                               [o.arg[2] for o in run]), env))
+                sizes.append(j - i)
+                i = j
+                continue
         if j - i > 1:
             run = ops[i:j]
             args = None if kind == "query" else [o.arg for o in run]
