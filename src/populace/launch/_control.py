@@ -79,6 +79,34 @@ class RunControl:
             self._queue.append((job, future))
         return future
 
+    def check_environment(self, intervention: _interventions.Intervention
+                          ) -> concurrent.futures.Future[None]:
+        """Whether the environment an environment change names is one of the live run's:
+        asked on the run's loop (its service may be a Ray actor); the future fails with a
+        ConfigError naming the environment when the run has none of that name. A message,
+        or a change of the root (no ``env``), passes at once."""
+        with self._lock:
+            loop, run = self._loop, self._run
+        if loop is None or run is None:
+            raise RunNotLive("the run is not live: fork it to change what comes next")
+
+        async def probe() -> None:
+            if intervention.kind != "environment":
+                return
+            if not run.services:
+                raise ConfigError("the run serves no environment to change")
+            if intervention.env is None:
+                return
+            try:
+                await run.services[0].query(str(intervention.key), env=intervention.env)
+            except KeyError:  # the environment is there, the key not yet: it is created
+                return
+            except LookupError as e:
+                raise ConfigError(f"env {intervention.env!r}: the run has no such environment "
+                                  f"({' '.join(str(e).split())[:200]})") from None
+
+        return asyncio.run_coroutine_threadsafe(probe(), loop)
+
     def intervene(self, intervention: _interventions.Intervention
                   ) -> _interventions.Intervention:
         """Schedule ``intervention`` (its step raised to the next one to start if earlier);

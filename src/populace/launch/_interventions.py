@@ -33,10 +33,38 @@ from populace._strict import StrictModel
 from populace.core import ConfigError, Msg, derive_seed
 from populace.results import RunDirectory, RunInUse
 
-from ._select import select
+from ._select import check_where, select, utf8_text
 
 INTERVENTIONS = "interventions.jsonl"
 MAX_TEXT = 4000
+MAX_VALUE_DEPTH = 32  # lists and mappings nested in an environment change's value
+MAX_FILE = 64 << 20   # bytes of interventions.jsonl
+
+
+def _depth(value: Any) -> int:
+    """How deeply lists and mappings nest in ``value`` (walked without recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            deepest = max(deepest, depth)
+            if depth <= MAX_VALUE_DEPTH:
+                stack.extend((v, depth + 1) for v in
+                             (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string in ``value`` (keys too), at most :data:`MAX_VALUE_DEPTH` deep."""
+    found, stack = [], [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, str):
+            found.append(node)
+        elif isinstance(node, dict | list) and depth <= MAX_VALUE_DEPTH:
+            items = [*node.keys(), *node.values()] if isinstance(node, dict) else node
+            stack.extend((v, depth + 1) for v in items)
+    return found
 
 
 class Intervention(StrictModel):
@@ -72,6 +100,20 @@ class Intervention(StrictModel):
             json.dumps(self.value, allow_nan=False)
         except (TypeError, ValueError):
             raise ValueError("value must be JSON (a number, text, list or mapping)") from None
+        except RecursionError:
+            raise ValueError("value: nested too deeply") from None
+        if _depth(self.value) > MAX_VALUE_DEPTH:
+            raise ValueError(f"value: nested too deeply (at most {MAX_VALUE_DEPTH} levels)")
+        try:
+            for name in ("text", "where", "key", "env"):
+                if getattr(self, name) is not None:
+                    utf8_text(getattr(self, name), name)
+            for text in _strings(self.value):
+                utf8_text(text, "value")
+            if self.where is not None:
+                check_where(self.where)
+        except ConfigError as e:  # pydantic reports ValueErrors, with the key
+            raise ValueError(str(e)) from None
         return self
 
     def describe(self) -> str:
@@ -94,6 +136,8 @@ def parse_intervention(data: Any, source: str, *, flags: bool = False) -> Interv
     (``flags``: the key as the command line spells it, ``--text``, and no source)."""
     try:
         return Intervention.model_validate(data)
+    except RecursionError:
+        raise ConfigError(f"{'' if flags else source + ': '}nested too deeply") from None
     except ValidationError as e:
         first = e.errors(include_url=False)[0]
         key = ".".join(str(p) for p in first["loc"])
@@ -107,22 +151,32 @@ def parse_intervention(data: Any, source: str, *, flags: bool = False) -> Interv
 
 def read_interventions(run_dir: Path) -> list[Intervention]:
     """The interventions of ``run_dir``, in the order they were scheduled (a line cut short
-    by a crash is left out: it was never acknowledged)."""
+    by a crash is left out: it was never acknowledged). A file edited into something else
+    is one line naming it and the line (ConfigError): not a regular file, not UTF-8, not
+    JSON, nested too deeply, or an intervention that could not be carried out."""
     path = Path(run_dir) / INTERVENTIONS
-    if not path.exists():
+    data = RunDirectory(run_dir).read_file(INTERVENTIONS, MAX_FILE)
+    if data is None:
         return []
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        n = data.count(b"\n", 0, e.start) + 1
+        raise ConfigError(f"{path}: line {n}: not UTF-8 text (byte 0x{data[e.start]:02x}); "
+                          "the file is written in UTF-8") from None
     lines = text.splitlines()
     out = []
     for n, line in enumerate(lines, 1):
         if line.strip():
             try:
-                data = json.loads(line)
+                value = json.loads(line)
+            except RecursionError:
+                raise ConfigError(f"{path}: line {n}: nested too deeply") from None
             except ValueError:
                 if n == len(lines) and not text.endswith("\n"):
                     break  # a write cut short by a crash: never acknowledged
                 raise ConfigError(f"{path}: line {n}: not JSON") from None
-            out.append(parse_intervention(data, f"{path}: line {n}"))
+            out.append(parse_intervention(value, f"{path}: line {n}"))
     return out
 
 
@@ -131,6 +185,8 @@ def append(run_dir: Path, intervention: Intervention) -> None:
     path = Path(run_dir) / INTERVENTIONS
     line = json.dumps(intervention.model_dump(mode="json", exclude_none=True),
                       separators=(",", ":"), allow_nan=False) + "\n"
+    if path.exists() and not path.is_file():  # a FIFO would block the write for ever
+        raise ConfigError(f"{path}: not a regular file; interventions are written to one")
     if path.exists() and path.stat().st_size:
         with open(path, "rb") as f:  # a hand-written last line may lack its newline
             f.seek(-1, os.SEEK_END)
@@ -228,8 +284,10 @@ def intervene(run_dir: Path, intervention: Intervention) -> Scheduled:
     planned, t = _planned(config, run_dir), intervention.step
     if t > planned:
         raise ConfigError(f"step {t}: the run plays steps 1 to {planned} (config.yaml)")
+    read_interventions(run_dir)  # one edited into something else: refused, never added to
     try:
-        with directory.hold():  # no run may start meanwhile: it could miss the line
+        # Writers take turns (managing); no run may start meanwhile: it could miss the line.
+        with directory.managing(), directory.hold():
             try:
                 played = len(directory.read_summary().get("steps") or ())
             except FileNotFoundError:

@@ -14,6 +14,7 @@ memory as the conversation so far, and the question.
 
 from __future__ import annotations
 
+import os
 import time
 import zlib
 from collections.abc import Mapping, Sequence
@@ -48,7 +49,9 @@ class InterviewError(ConfigError):
 
 
 def check_question(question: str) -> str:
-    text = " ".join(str(question).split())
+    from ._select import utf8_text
+
+    text = " ".join(utf8_text(str(question), "the question").split())
     if not text:
         raise InterviewError("the question is empty")
     if len(text) > MAX_QUESTION:
@@ -148,17 +151,27 @@ async def hold(run: Any, ids: np.ndarray, question: str, *, step: int, source: s
 
 
 def save_interview(run_dir: Path, rows: Sequence[dict[str, Any]]) -> int:
-    """Add ``rows`` to ``run_dir/interviews.parquet`` as the next interview; its number."""
-    path = run_dir / INTERVIEWS
-    before = pq.read_table(pa.BufferReader(path.read_bytes())) if path.exists() else None
-    number = (int(pc.max(before.column("interview")).as_py()) + 1
-              if before is not None and before.num_rows else 1)
-    table = pa.Table.from_pylist([{**r, "interview": number} for r in rows], schema=SCHEMA)
-    if before is not None:
-        table = pa.concat_tables([before.cast(SCHEMA), table])
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(path)
+    """Add ``rows`` to ``run_dir/interviews.parquet`` as the next interview; its number.
+    Writers take turns (:meth:`~populace.results.RunDirectory.managing`): interviews saved
+    at once by several processes are all kept, each with its own number."""
+    from populace.results import RunDirectory
+
+    directory = RunDirectory(run_dir)
+    path = directory.path / INTERVIEWS
+    with directory.managing():
+        before = read_interviews(run_dir)
+        number = (int(pc.max(before.column("interview")).as_py() or 0) + 1
+                  if before is not None and before.num_rows else 1)
+        table = pa.Table.from_pylist([{**r, "interview": number} for r in rows],
+                                     schema=SCHEMA)
+        if before is not None:
+            table = pa.concat_tables([before, table])
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "wb") as f:
+            pq.write_table(table, f)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
     return number
 
 
@@ -170,8 +183,24 @@ def written_profiles(run_dir: Path) -> pa.Table | None:
 
 
 def read_interviews(run_dir: Path) -> pa.Table | None:
+    """``RUN_DIR/interviews.parquet``, None when there is none; one line naming it
+    (:class:`InterviewError`) when it is damaged, is not a regular file or holds other
+    columns."""
+    from populace.results import RunDirectory
+
     path = Path(run_dir) / INTERVIEWS
-    return pq.read_table(pa.BufferReader(path.read_bytes())) if path.exists() else None
+    try:
+        table = RunDirectory(run_dir).read_parquet(INTERVIEWS)
+    except ConfigError as e:
+        raise InterviewError(f"{e}; move it away to keep interviewing") from None
+    if table is None:
+        return None
+    try:
+        return table.select(SCHEMA.names).cast(SCHEMA)
+    except (KeyError, ValueError, pa.ArrowException) as e:
+        why = " ".join(str(e).split())[:200] or type(e).__name__
+        raise InterviewError(f"{path}: not a table of interviews ({why}); move it away to "
+                             "keep interviewing") from None
 
 
 async def interview_run(run: Any, question: str, *, step: int, source: str,
@@ -205,6 +234,8 @@ async def interview(run_dir: str | Path, question: str, *, agents: Sequence[int]
     from ._offline import reopen
 
     run_dir = Path(run_dir)
+    check_question(question)
+    read_interviews(run_dir)  # a damaged one is refused before anyone is asked
     async with reopen(run_dir, step) as run:
         rows = await interview_run(run, question, step=run.step, source="checkpoint",
                                    agents=agents, where=where, sample=sample,

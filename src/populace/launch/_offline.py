@@ -139,6 +139,10 @@ def fork(source: Path, at: int, sets: Mapping[str, Any], target: Path, *,
     for ``launch(..., resume=True)`` to play the steps after ``at``. Returns the fork's run
     file. ``without_interventions``: leave out the source's interventions after ``at``."""
     source = Path(source)
+    whole, inside = source.resolve(), Path(target).resolve()
+    if inside == whole or whole in inside.parents:  # it would write into the run it reads
+        raise ConfigError(f"{target}: inside the run it forks ({source}); a fork is a run "
+                          "directory of its own: give one outside it")
     checkpoint_at(source, at)  # exists and reads back: before anything is created
     src = RunDirectory(source)
     try:

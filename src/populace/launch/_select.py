@@ -29,6 +29,8 @@ from populace.core import ConfigError, derive_seed
 from populace.results import plain_categories
 
 MAX_WHERE = 2000  # characters of a query
+MAX_DEPTH = 64    # operators and brackets nested in a query
+MAX_SHOWN = 80    # characters of a query an error repeats
 
 _COMPARE = {ast.Eq: "equal", ast.NotEq: "not_equal", ast.Lt: "less", ast.LtE: "less_equal",
             ast.Gt: "greater", ast.GtE: "greater_equal"}
@@ -40,43 +42,79 @@ class SelectionError(ConfigError):
     """A selection that cannot be made (a bad query, an unknown agent); one line."""
 
 
+def utf8_text(text: str, what: str) -> str:
+    """``text`` when it can be written as UTF-8, else ConfigError naming ``what``: a lone
+    surrogate (bytes that were not UTF-8 on the command line, a ``\\udc80`` in JSON) would
+    fail only when the text is written to a table or a prompt, as a traceback."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ConfigError(f"{what}: not UTF-8 text (a lone surrogate "
+                          f"{text[e.start]!r} at character {e.start + 1})") from None
+    return text
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN - 1] + "…")
+
+
+def _depth(tree: ast.AST) -> int:
+    """How deeply ``tree`` nests (walked without recursion: the depth is what is checked)."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
 def _literal(node: ast.AST, text: str) -> Any:
     if isinstance(node, ast.Constant) and (node.value is None or isinstance(
             node.value, bool | int | float | str)):
-        return node.value
+        return _in_range(node.value, text)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) \
             and isinstance(node.operand, ast.Constant) \
             and isinstance(node.operand.value, int | float) \
             and not isinstance(node.operand.value, bool):
-        return -node.operand.value
-    raise SelectionError(f"where {text!r}: {ast.unparse(node)!r} is not a literal (a string "
+        return _in_range(-node.operand.value, text)
+    raise SelectionError(f"where {_shown(text)}: {ast.unparse(node)!r} is not a literal (a string "
                          "in quotes, a number, True, False or None)")
+
+
+def _in_range(value: Any, text: str) -> Any:
+    """A whole number must fit the 64 bits of a profile column (Arrow overflows past it)."""
+    if isinstance(value, int) and not isinstance(value, bool) \
+            and not -(2**63) <= value < 2**63:
+        digits = len(str(abs(value)))
+        raise SelectionError(f"where {_shown(text)}: a number of {digits:,} digits is too "
+                             "large (whole numbers are 64-bit: at most 19 digits)")
+    return value
 
 
 def _column(node: ast.AST, columns: Sequence[str], text: str) -> str:
     if not isinstance(node, ast.Name):
-        raise SelectionError(f"where {text!r}: expected a profile column, got "
+        raise SelectionError(f"where {_shown(text)}: expected a profile column, got "
                              f"{ast.unparse(node)!r}")
     if node.id not in columns:
-        raise SelectionError(f"where {text!r}: no profile column {node.id!r} (have: "
+        raise SelectionError(f"where {_shown(text)}: no profile column {node.id!r} (have: "
                              f"{', '.join(c for c in columns if c != 'background')})")
     return node.id
 
 
 def _compare(node: ast.Compare, columns: Sequence[str], text: str) -> pc.Expression:
     if len(node.ops) != 1:  # a < b < c: write it with and
-        raise SelectionError(f"where {text!r}: compare two things at a time (use and)")
+        raise SelectionError(f"where {_shown(text)}: compare two things at a time (use and)")
     op, left, right = node.ops[0], node.left, node.comparators[0]
     if isinstance(op, ast.In | ast.NotIn):
         if not isinstance(right, ast.List | ast.Tuple | ast.Set):
-            raise SelectionError(f"where {text!r}: in needs a list, as in "
+            raise SelectionError(f"where {_shown(text)}: in needs a list, as in "
                                  "x in [\"a\", \"b\"]")
         values = [_literal(v, text) for v in right.elts]
         found = pc.field(_column(left, columns, text)).isin(values)
         return ~found if isinstance(op, ast.NotIn) else found
     name = _COMPARE.get(type(op))
     if name is None:
-        raise SelectionError(f"where {text!r}: unsupported comparison "
+        raise SelectionError(f"where {_shown(text)}: unsupported comparison "
                              f"{ast.unparse(node)!r}")
     if isinstance(left, ast.Name):
         column, value = _column(left, columns, text), _literal(right, text)
@@ -90,7 +128,7 @@ def _compare(node: ast.Compare, columns: Sequence[str], text: str) -> pc.Express
 
 
 def _refuse_none(text: str) -> pc.Expression:
-    raise SelectionError(f"where {text!r}: None compares with == or != only")
+    raise SelectionError(f"where {_shown(text)}: None compares with == or != only")
 
 
 def _expression(node: ast.AST, columns: Sequence[str], text: str) -> pc.Expression:
@@ -106,19 +144,35 @@ def _expression(node: ast.AST, columns: Sequence[str], text: str) -> pc.Expressi
         return _compare(node, columns, text)
     if isinstance(node, ast.Name):
         return pc.field(_column(node, columns, text)) == pc.scalar(True)
-    raise SelectionError(f"where {text!r}: cannot read {ast.unparse(node)!r} (expected "
+    raise SelectionError(f"where {_shown(text)}: cannot read {ast.unparse(node)!r} (expected "
                          "comparisons of profile columns joined by and, or, not)")
 
 
 def where_filter(text: str, columns: Sequence[str]) -> pc.Expression:
     """The Arrow filter of query ``text`` over profile ``columns``; SelectionError if bad."""
+    return _expression(check_where(text).body, columns, text)
+
+
+def check_where(text: str) -> ast.Expression:
+    """Query ``text`` read (its columns not yet known): SelectionError, one line, for text
+    that is too long, not UTF-8, not an expression, nested too deeply or holding a number
+    beyond 64 bits; else its syntax tree."""
     if len(text) > MAX_WHERE:
         raise SelectionError(f"where: a query is at most {MAX_WHERE} characters")
+    utf8_text(text, "where")
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as e:
-        raise SelectionError(f"where {text!r}: not an expression ({e.msg})") from None
-    return _expression(tree.body, columns, text)
+        raise SelectionError(f"where {_shown(text)}: not an expression ({e.msg})") from None
+    except (RecursionError, MemoryError):  # the parser's own limit on nesting
+        tree = None
+    if tree is None or _depth(tree) > MAX_DEPTH:
+        raise SelectionError(f"where {_shown(text)}: nested too deeply (at most {MAX_DEPTH} "
+                             "levels of operators and brackets)")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant):
+            _in_range(node.value, text)
+    return tree
 
 
 def select(profiles: pa.Table | None, *, where: str | None = None,
@@ -146,7 +200,7 @@ def select(profiles: pa.Table | None, *, where: str | None = None,
         chosen = wanted
     if where is not None:
         if profiles is None:
-            raise SelectionError(f"where {where!r}: the run has no profiles to query "
+            raise SelectionError(f"where {_shown(where)}: the run has no profiles to query "
                                  "(profiles.parquet)")
         table = plain_categories(profiles.select([c for c in profiles.column_names
                                         if c != "background"]))
@@ -154,11 +208,11 @@ def select(profiles: pa.Table | None, *, where: str | None = None,
             matched = table.filter(where_filter(where, table.column_names))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise SelectionError(f"where {where!r}: {first}") from None
+            raise SelectionError(f"where {_shown(where)}: {first}") from None
         found = np.asarray(matched.column("agent_id"), dtype=np.int64)
         chosen = chosen[np.isin(chosen, found)]
         if not chosen.size:
-            raise SelectionError(f"where {where!r}: no agent matches")
+            raise SelectionError(f"where {_shown(where)}: no agent matches")
     if sample is not None:
         if sample < 1:
             raise SelectionError(f"sample {sample}: expected at least 1")

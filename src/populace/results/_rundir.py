@@ -39,6 +39,8 @@ from populace.core import ConfigError
 
 #: The file a process writing a run holds locked (see :meth:`RunDirectory.hold`).
 LOCK = ".lock"
+#: The file writers of a run's management files take turns on (:meth:`RunDirectory.managing`).
+MANAGE_LOCK = ".manage.lock"
 
 
 class RunInUse(ConfigError):
@@ -280,6 +282,53 @@ class RunDirectory:
                 path.unlink(missing_ok=True)
         finally:
             os.close(fd)
+
+    @contextmanager
+    def managing(self) -> Iterator[None]:
+        """Take turns with every other writer of the run's management files (interviews,
+        interventions), in this process or another: an exclusive ``flock`` on
+        ``.manage.lock``, waited for, released by the kernel however the process ends.
+        A read, change and rewrite under it loses no other writer's rows. The file is
+        removed when the turn ends (a run directory keeps no trace of it): whoever was
+        waiting on the removed file finds it gone once it has the lock and takes its turn
+        on the path's new file instead."""
+        path = self.path / MANAGE_LOCK
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    current = os.stat(path).st_ino
+                except FileNotFoundError:
+                    current = None
+            except BaseException:
+                os.close(fd)
+                raise
+            if current == os.fstat(fd).st_ino:
+                break
+            os.close(fd)  # locked a file removed meanwhile: the next holder has the path's
+        try:
+            yield
+        finally:
+            path.unlink(missing_ok=True)  # before the lock is released (see above)
+            os.close(fd)
+
+    def read_file(self, name: str, limit: int = SMALL_LIMIT) -> bytes | None:
+        """The bytes of the run's file ``name``, None when absent; DamagedRunFile naming it
+        when it is not a regular file (a FIFO is never opened for a blocking read) or
+        larger than ``limit``."""
+        try:
+            return read_run_bytes(self.path / name, limit)
+        except FileNotFoundError:
+            return None
+
+    def read_parquet(self, name: str) -> pa.Table | None:
+        """The run's Parquet file ``name``, None when absent; DamagedRunFile naming it when
+        it is not a regular file or not readable Parquet (cut short, garbage)."""
+        try:
+            return read_parquet(self.path / name)
+        except FileNotFoundError:
+            return None
 
     def in_use(self) -> bool:
         """Whether a process holds this run (see :meth:`hold`): a ``running`` run that is

@@ -174,7 +174,14 @@ def add_routes(app: FastAPI, runs: Runs, read_body: Any, one_line: Any) -> None:
         if not isinstance(data, dict):
             raise Refused("expected a JSON object")
         data.setdefault("step", control.next_step)
-        written = control.intervene(parse_intervention(data, "intervention"))
+        intervention = parse_intervention(data, "intervention")
+        try:  # an environment that is not the run's is refused now, not warned of later
+            await asyncio.wait_for(asyncio.wrap_future(
+                control.check_environment(intervention)), WAIT_S)
+        except TimeoutError:
+            raise Refused(f"the run did not answer within {WAIT_S:g} s whether it has "
+                          f"environment {intervention.env!r}; try again") from None
+        written = control.intervene(intervention)
         return {"intervention": {**written.model_dump(mode="json", exclude_none=True),
                                  "what": written.describe()}}
 
