@@ -12,7 +12,7 @@ from populace.launch import launch, parse_run_file
 from populace.results import RunDirectory, read_table
 
 SCENARIO = Path(__file__).resolve().parents[2] / "benchmarks" / "environment_scale.py"
-WAYS = ("agent", "merged", "columnar")
+WAYS = ("agent", "merged", "agent-at", "columnar")
 
 
 @pytest.fixture(params=["local", "ray"])
