@@ -5,23 +5,15 @@ distance grows and the adaptive mode falls back to individual calls; a replay ma
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from cli_helpers import populace
 from populace.results import read_summary, read_table
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def populace(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "RAY_ADDRESS")}
-    return subprocess.run([sys.executable, "-m", "populace.cli", *map(str, args)],
-                          capture_output=True, text=True, env=env, timeout=300)
 
 
 def write(path: Path, config: dict[str, Any]) -> Path:

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from cli_helpers import run_in_process
+from cli_helpers import environment, populace, run_in_process
 from populace.core import derive_seed
 from populace.launch import launch, load_run_file
 from populace.llm import ServerOptions, running_server
@@ -37,18 +37,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "examples" / "social" / "small.yaml"
 TABLES = ("posts", "actions", "follows")
 ACTIONS = ("nothing", "post", "repost", "like", "follow")
-
-
-def environment() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR",
-                                                             "RAY_ADDRESS")}
-    env["NO_COLOR"] = "1"
-    return env
-
-
-def populace(*args: str | Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "populace.cli", *map(str, args)],
-                          capture_output=True, text=True, env=environment(), timeout=timeout)
 
 
 def run_ok(path: Path, out: Path, *flags: str | Path, timeout: float = 120) -> dict[str, Any]:

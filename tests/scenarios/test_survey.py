@@ -5,11 +5,6 @@ from __future__ import annotations
 
 import copy
 import math
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +15,7 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from cli_helpers import run_in_process
+from cli_helpers import kill_9_after, populace, run_in_process
 from populace.results import read_summary, read_table
 from populace.scenarios.survey import ANSWER_SCHEMA, Treatments, assign_arms
 from populace.scenarios.survey._prompts import parse_choice, parse_multi, parse_numeric
@@ -61,18 +56,6 @@ def write(directory: Path, questionnaire: dict[str, Any] | None = None,
     path = directory / "run.yaml"
     path.write_text(yaml.safe_dump({**copy.deepcopy(RUN), **changes}, sort_keys=False))
     return path
-
-
-def environment() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR",
-                                                             "RAY_ADDRESS")}
-    env["NO_COLOR"] = "1"
-    return env
-
-
-def populace(*args: str | Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "populace.cli", *map(str, args)],
-                          capture_output=True, text=True, env=environment(), timeout=timeout)
 
 
 def run_ok(path: Path, out: Path, *flags: str) -> pa.Table:
@@ -471,23 +454,8 @@ THREE_WAVES = {
 def test_kill_9_mid_wave_then_resume_equals_an_undisturbed_run(tmp_path: Path) -> None:
     slow = {"dummy": {"provider": "dummy", "latency": 0.4}}  # 0.8 s a wave
     path, out = write(tmp_path / "killed", THREE_WAVES, models=slow), tmp_path / "out"
-    log = tmp_path / "stdout.txt"
-    with log.open("w") as stdout:
-        proc = subprocess.Popen([sys.executable, "-m", "populace.cli", "run", str(path),
-                                 "--out", str(out)], stdout=stdout, stderr=subprocess.DEVNULL,
-                                env=environment())
-    try:
-        deadline = time.monotonic() + 60
-        while "step 1/3:" not in log.read_text():
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.02)
-        time.sleep(0.3)  # inside wave 2
-        os.kill(proc.pid, signal.SIGKILL)
-        assert proc.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
+    kill_9_after(tmp_path / "stdout.txt", "step 1/3:", 0.3,  # inside wave 2
+                 "run", path, "--out", out)
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["round-00001.ckpt"]
     assert sorted(p.name for p in (out / "parts").iterdir()) == ["answers-r00001.parquet"]
 

@@ -7,32 +7,16 @@ what drives the answers show a large distance."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from cli_helpers import kill_9_after, populace
 from populace.results import read_summary, read_table
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "survey"
-
-
-def environment() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR",
-                                                             "RAY_ADDRESS")}
-    env["NO_COLOR"] = "1"
-    return env
-
-
-def populace(*args: str | Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "populace.cli", *map(str, args)],
-                          capture_output=True, text=True, env=environment(), timeout=timeout)
 
 
 def example(tmp: Path, *, waves: bool = False, latency: float = 0.0,
@@ -108,23 +92,8 @@ def test_kill_9_mid_questionnaire_then_resume_equals_an_undisturbed_run(
         tmp_path: Path) -> None:
     path, out = example(tmp_path / "killed", waves=True, latency=0.3, audit=0.05), \
         tmp_path / "out"
-    log = tmp_path / "stdout.txt"
-    with log.open("w") as stdout:
-        proc = subprocess.Popen([sys.executable, "-m", "populace.cli", "run", str(path),
-                                 "--out", str(out)], stdout=stdout, stderr=subprocess.DEVNULL,
-                                env=environment())
-    try:
-        deadline = time.monotonic() + 120
-        while "step 1/3:" not in log.read_text():
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.02)
-        time.sleep(0.4)  # inside wave 2
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
+    kill_9_after(tmp_path / "stdout.txt", "step 1/3:", 0.4,  # inside wave 2
+                 "run", path, "--out", out, timeout=120)
     done = populace("run", "--resume", out)
     assert done.returncode == 0, done.stderr
     assert read_summary(out)["resumed_from_step"] == 1
