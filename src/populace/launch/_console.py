@@ -98,6 +98,13 @@ class ConsoleObserver:
             return
         if summary.get("already_complete"):  # a resume of a finished run
             done = len(summary.get("steps") or ())
+            repaired = summary.get("repaired")
+            if repaired:
+                tables = ", ".join(f"{name}.parquet" for name in repaired)
+                self.console.print(f"already complete: {done:,} of {done:,} steps; nothing to "
+                                   f"run; {tables} rewritten from the step files (it was "
+                                   "missing or damaged)", soft_wrap=True)
+                return
             self.console.print(f"already complete: {done:,} of {done:,} steps; nothing to "
                                "run, nothing changed", soft_wrap=True)
             return

@@ -126,7 +126,13 @@ async def launch(run_file: RunFile, run_dir: RunDirectory | None = None, *,
                 _interventions.read_interventions(directory)
         if resume and run_dir is not None:
             done = _completed(run_file, run_dir)
-            if done is not None:  # nothing to play: nothing is rewritten either
+            if done is not None:  # nothing to play: nothing is rewritten but what is damaged
+                repaired = [name for name in done.get("tables") or ()
+                            if not run_dir.consolidated(name)]
+                for name in repaired:  # (its consolidation was cut short, or removed)
+                    run_dir.consolidate(name)
+                if repaired:
+                    done["repaired"] = repaired
                 for observer in observers:
                     observer.run_finished(done)
                 return done
@@ -632,15 +638,28 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
                 summary["partial_answers"] = saved
         summary["wall_s"] = round(time.perf_counter() - started, 4)
         if run_dir is not None:
+            unwritten: OSError | None = None
             try:
+                if summary["status"] == "completed":  # only once its tables are whole
+                    try:
+                        for name in summary["tables"]:
+                            run_dir.consolidate(name)
+                    except OSError as e:
+                        unwritten = e
+                        summary["status"] = "failed"
+                        summary["error"] = (f"{type(e).__name__}: the consolidated table could "
+                                            f"not be written: {e}")
                 with _writing() as allowed:
                     if allowed:
                         run_dir.write_summary(json.loads(json.dumps(summary, default=str)))
                 if dog is not None:  # written: the watchdog has nothing more to save
                     dog.remove_stopper(forced)
                     dog = None
-                for name in summary["tables"]:
-                    run_dir.consolidate(name)
+                if unwritten is not None:
+                    raise unwritten
+                if summary["status"] != "completed":  # what it has, for readers
+                    for name in summary["tables"]:
+                        run_dir.consolidate(name)
             except OSError:
                 if failure is None:
                     raise  # the run itself went well: this is its failure

@@ -476,6 +476,18 @@ class RunDirectory:
                 part.unlink()
                 (self.path / f"{_table_of(part)}.parquet").unlink(missing_ok=True)
 
+    def consolidated(self, name: str) -> bool:
+        """Whether ``NAME.parquet`` holds the step files of ``name``: it is there, its footer
+        reads and it has as many rows as they do (a file cut short, or missing, does not).
+        True when there are no step files."""
+        parts = _parts(self.path / "parts", name)
+        if not parts:
+            return True
+        try:
+            return _rows(self.path / f"{name}.parquet") == sum(_rows(p) for p in parts)
+        except (OSError, ValueError):
+            return False
+
     def consolidate(self, name: str) -> Path | None:
         """Join the step files of ``name`` into ``NAME.parquet`` (None if no steps)."""
         parts = _parts(self.path / "parts", name)
@@ -491,6 +503,17 @@ class RunDirectory:
 
         _replace(out, join)
         return out
+
+
+def _rows(path: Path) -> int:
+    """Rows of Parquet file ``path``, from its footer; DamagedRunFile when it has none."""
+    try:
+        with open_run_file(path) as f:
+            return int(pq.read_metadata(f).num_rows)
+    except (pa.ArrowException, ValueError, OSError) as e:
+        if isinstance(e, DamagedRunFile | FileNotFoundError):
+            raise
+        raise DamagedRunFile(f"{path}: not a readable Parquet file ({e})") from None
 
 
 def _only_table(run_dir: Path) -> str:
