@@ -17,6 +17,7 @@ from populace.environment import (
     EnvEvent,
     EnvServedError,
     Op,
+    RemoteEnvService,
     Timeline,
     serve,
 )
@@ -149,6 +150,7 @@ async def test_keys_spread_over_the_shards_and_the_tree_refuses_direct_use() -> 
     root = world()
     service = await serve(root, shards=3)
     assert isinstance(service, ShardedEnvService) and service.shards == 3
+    assert isinstance(service, RemoteEnvService)  # what Run.services and type hints expect
     try:
         assert await service.incr_many(KEYS, 1) is not None
         assert await service.query_many(KEYS) == [1] * len(KEYS)

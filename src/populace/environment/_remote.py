@@ -37,8 +37,6 @@ from ._service import EnvService, ServiceStats
 if TYPE_CHECKING:
     from populace.core import Simulation
 
-    from ._shards import ShardedEnvService
-
 
 class ServiceActor:
     """The object a backend places for :func:`serve`: one :class:`EnvService` on its own
@@ -195,7 +193,7 @@ async def _ask(call: asyncio.Future[Any]) -> Any:
 
 @overload
 async def serve(env: Env, sim: Simulation | None = None, *, max_concurrency: int = 64,
-                shards: int = 1) -> EnvService | RemoteEnvService | ShardedEnvService: ...
+                shards: int = 1) -> EnvService | RemoteEnvService: ...
 
 
 @overload
@@ -204,13 +202,12 @@ async def serve(env: Map2D, sim: Simulation | None = None, *, max_concurrency: i
 
 
 async def serve(env: Env | Map2D, sim: Simulation | None = None, *, max_concurrency: int = 64,
-                shards: int = 1
-                ) -> EnvService | RemoteEnvService | ShardedEnvService | MapService:
+                shards: int = 1) -> EnvService | RemoteEnvService | MapService:
     """Serve ``env`` to the agents of ``sim``: remote on the Ray backend, local otherwise.
 
     ``shards=N`` (N > 1) splits the tree's keys over N services, each placed by the backend
     (actors on Ray, tasks of this loop locally), by a hash of the key's name; the result is
-    a ``ShardedEnvService`` with the same API (see ``_shards``), and the ``Env`` objects
+    a ``RemoteEnvService`` made of several (see ``_shards``), and the ``Env`` objects
     refuse direct use as after a remote ``serve``.
 
     ``env`` may also be a :class:`Map2D`: the result is then a :class:`MapService`, the

@@ -30,7 +30,7 @@ from populace.core import Placeholder, ServiceHandle
 
 from ._env import Env, EnvEvent, EnvStats, EventKind
 from ._many import KeyList, as_keys, per_key
-from ._ops import KEYLESS, MANY, Op, Reply, SubmitVerbs
+from ._ops import KEYLESS, MANY, Op, Reply
 from ._remote import RemoteEnvService, ServiceActor
 from ._service import ServiceStats
 
@@ -95,11 +95,12 @@ class _Join:
         self.pieces = pieces  # (shard, index in its batch, positions of its keys or None)
 
 
-class ShardedEnvService(SubmitVerbs):
-    """An environment served by several services, one per shard of its keys; the verbs
-    and the rest of :class:`RemoteEnvService`'s API. Picklable to every worker."""
+class ShardedEnvService(RemoteEnvService):
+    """An environment served by several services, one per shard of its keys: a
+    :class:`RemoteEnvService` (its API, picklable to every worker) made of several."""
 
     def __init__(self, shards: Sequence[RemoteEnvService]) -> None:
+        super().__init__(shards[0]._handle, shards[0].max_concurrency)  # info: the first's
         self._shards = list(shards)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -111,15 +112,6 @@ class ShardedEnvService(SubmitVerbs):
     @property
     def shards(self) -> int:
         return len(self._shards)
-
-    @property
-    def max_concurrency(self) -> int:
-        return self._shards[0].max_concurrency
-
-    @property
-    def info(self) -> dict[str, Any]:
-        """Where the first shard runs (``{"pid", "node"}``)."""
-        return self._shards[0].info
 
     def submit(self, ops: Sequence[Op]) -> Placeholder[Reply]:
         """Send ``ops`` as one batch per shard; a placeholder of their joined reply."""
