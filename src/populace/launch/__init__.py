@@ -48,7 +48,7 @@ from ._runfile import (
     scenario_of,
     where,
 )
-from ._scenario import COMMON_OPTIONS, Scenario, ScenarioSettings
+from ._scenario import COMMON_OPTIONS, Scenario, ScenarioSettings, StudioView
 from ._select import SelectionError, select, where_filter
 from ._watchdog import STOP_GRACE_S, Terminated, run_until_signalled
 
@@ -82,6 +82,7 @@ __all__ = [
     "Scheduled",
     "SelectionError",
     "StepAbandoned",
+    "StudioView",
     "Terminated",
     "as_numbers",
     "checkpointed_steps",

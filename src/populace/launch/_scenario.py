@@ -7,6 +7,8 @@ scenario only says how its world is set up and what one step does.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from populace._strict import StrictModel
@@ -35,6 +37,32 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return "-" if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class StudioView:
+    """What the studio shows of a scenario's runs beyond what every run reports
+    (:meth:`Scenario.studio`). Every field is optional; the studio's generic panels stand
+    in for what is not given, and never show another scenario's text.
+
+    >>> StudioView(answers="share of a respondent's answers that were valid",
+    ...            categorical=("marginals",), question="Why did you answer as you did?",
+    ...            where='gender == "female"')                  # doctest: +SKIP
+    """
+
+    #: What the numbers of the live answers histogram are (its caption; default
+    #: "numbers"). None with ``categorical``: the shares stand in for a histogram.
+    answers: str | None = None
+    #: Summary metrics that are shares of options: ``{option: share}``, or per question
+    #: ``{question: {option: share}}``. Drawn as stacked shares per step; the last step's
+    #: also in the answers panel.
+    categorical: tuple[str, ...] = ()
+    #: Example texts of the page's forms: an interview question, a profile query, a
+    #: message to agents, a fork's changed settings.
+    question: str | None = None
+    where: str | None = None
+    message: str | None = None
+    changes: str | None = None
 
 
 class ScenarioSettings(StrictModel):
@@ -118,6 +146,19 @@ class Scenario:
         shown = [f"{k}={_cell(v)}" for k, v in entry.items()
                  if k not in ("step", "wall_s") and _scalar(v)][:SHOWN]
         return f"step {t}/{steps}: {' '.join(shown)}"
+
+    @classmethod
+    def studio(cls, config: Mapping[str, Any]) -> StudioView:
+        """What the studio shows of a run beyond the generic panels (``config``: the run's
+        ``config.yaml``); the default declares nothing."""
+        return StudioView()
+
+    @classmethod
+    def agent_state(cls, state: Any, config: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """An agent's state (what its ``get_state()`` returned, beside a persona's memory)
+        as labelled fields for the studio's Mind (``{"answers": {...}, "conversation":
+        [...]}``); None: the studio labels it generically."""
+        return None
 
     def figures(self, run: RunData) -> dict[str, Figure]:
         """Extra figures for ``populace report`` (name → matplotlib figure)."""

@@ -166,6 +166,9 @@ class Latency:
     p90: float | None = None
     p99: float | None = None
     n: int = 0
+    #: ``answer``: what the scenario's measure gave per answer; ``arrival``: for answers it
+    #: gave none of, the time from the start of their collect to their arrival
+    basis: str = "answer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +225,8 @@ class RunSnapshot:
     environment: Mapping[str, Any]
     tables: tuple[str, ...] = ()    # per-step tables on disk (for a run read from disk)
     nodes: tuple[NodeRow, ...] = ()  # per node totals of the workers
+    #: a fork's source: ``run`` (its directory's name), ``step``, ``set`` (the changes)
+    forked_from: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON types only (no NaN, no numpy scalars)."""
@@ -320,6 +325,21 @@ def _scalar(value: Any) -> tuple[bool, Any]:
     if isinstance(value, str):
         return True, value[:MAX_TEXT]
     return False, None
+
+
+def _fork_origin(summary: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A summary's ``forked_from`` as a snapshot shows it: the source run's directory name
+    (not its path on the server), the step and the changed settings; None for no fork."""
+    found = summary.get("forked_from")
+    if not isinstance(found, Mapping) or not isinstance(found.get("run"), str):
+        return None
+    step = found.get("step")
+    changes = found.get("set")
+    return {"run": Path(found["run"]).name,
+            "step": step if isinstance(step, int) and not isinstance(step, bool) else None,
+            "set": {str(k)[:80]: _scalar(v)[1] if _scalar(v)[0] else str(v)[:MAX_TEXT]
+                    for k, v in list(changes.items())[:20]}
+            if isinstance(changes, Mapping) else {}}
 
 
 def step_of(entry: Mapping[str, Any]) -> int:
@@ -428,7 +448,8 @@ class RunMonitor:
         self._answered_before = 0  # answers of finished steps
         self._answers: PlaceholderSet[Any] | None = None
         self._measure: Measure | None = None
-        self._pending: list[Sequence[Any]] = []
+        self._pending: list[tuple[Sequence[Any], float]] = []  # (replies, when they came)
+        self._lat_basis = "answer"
         self._pending_errors: list[Sequence[BaseException]] = []
         self._reset_step(0, 0)
         self._workers: tuple[WorkerRow, ...] = ()  # the rows shown
@@ -445,6 +466,8 @@ class RunMonitor:
         self._samples: collections.deque[tuple[float, int, int]] = collections.deque(maxlen=64)
         self._rates = (0.0, 0.0)  # requests and answers per second
         self._last_refresh = 0.0
+        #: a fork's source (see :func:`_fork_origin`), set by whoever starts the fork
+        self.forked_from: Mapping[str, Any] | None = None
 
     # -- control -----------------------------------------------------------------------------
     def request_stop(self) -> None:
@@ -699,12 +722,13 @@ class RunMonitor:
                 self._llm, requests_per_s=requests_per_s, answers_per_s=answers_per_s,
                 latency_s=Latency(_finite(_percentile(lat, 0.5)),
                                   _finite(_percentile(lat, 0.9)),
-                                  _finite(_percentile(lat, 0.99)), int(lat.sum())),
+                                  _finite(_percentile(lat, 0.99)), int(lat.sum()),
+                                  self._lat_basis),
                 errors=tuple(sorted(self._kinds.items(), key=lambda kv: -kv[1])[:MAX_KINDS])),
             workers=self._workers,
             workers_omitted=max(0, len(self._all_workers), int(info.get("workers") or 0))
             - len(self._workers),
-            environment=dict(self._env), nodes=self._nodes)
+            environment=dict(self._env), nodes=self._nodes, forked_from=self.forked_from)
 
     # -- internals ---------------------------------------------------------------------------
     def _cpu_pct(self, where: tuple[str | None, int], cpu_s: float | None,
@@ -748,13 +772,14 @@ class RunMonitor:
         self._pending_errors = []
         self._answers = None
         self._measure = None
+        self._collect_started = time.monotonic()
 
     def _arrived(self, values: Sequence[Any], errors: Sequence[BaseException]) -> None:
         # On the delivery path: only keep references; _drain does the work.
         if self._answers is None:
             return  # a step no longer watched (abandoned)
         if values:
-            self._pending.append(values)
+            self._pending.append((values, time.monotonic()))
         if errors:
             self._pending_errors.append(errors)
 
@@ -775,9 +800,10 @@ class RunMonitor:
             return
         # Batch by batch: a batch may be replies kept as columns, which a measure reads
         # without making an object per reply.
-        measured = [self._measure(b) for b in pending]
+        measured = [self._measure(b) for b, _ in pending]
         numbers = np.concatenate([np.asarray(m[0], dtype=np.float64) for m in measured])
-        latency = np.concatenate([np.asarray(m[1], dtype=np.float64) for m in measured])
+        latency = np.concatenate([self._latency(np.asarray(m[1], dtype=np.float64), at)
+                                  for m, (_, at) in zip(measured, pending, strict=True)])
         ok = numbers[np.isfinite(numbers)]
         edges, counts = self._binned
         if ok.size:
@@ -796,6 +822,14 @@ class RunMonitor:
                           len(self._lat) - 1)
             self._lat = self._lat + np.bincount(idx, minlength=len(self._lat))
         self._seq += 1
+
+    def _latency(self, given: np.ndarray, arrived: float) -> np.ndarray:
+        """Seconds per answer of one batch: the measure's, else (all NaN: a measure that
+        knows none, such as the survey's) the time since the step's collect began."""
+        if given.size and not np.isfinite(given).any():
+            self._lat_basis = "arrival"
+            return np.full(given.size, max(arrived - self._collect_started, 0.0))
+        return given
 
     def _agent_states(self, waiting: int) -> AgentStates:
         """Agents by state. Members of the step in progress that have not answered are in
@@ -892,4 +926,5 @@ def run_snapshot(run_dir: str | Path) -> RunSnapshot:
         answers=Histogram(step=shown),
         distributions=_distributions(last_dists) if last_dists is not None else {},
         series=_series(rows[-MAX_STEP_ROWS:]), llm=LLMView(), workers=(), workers_omitted=0,
-        environment={}, tables=tuple(str(t) for t in tables))
+        environment={}, tables=tuple(str(t) for t in tables),
+        forked_from=_fork_origin(summary))

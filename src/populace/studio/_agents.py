@@ -26,7 +26,7 @@ import itertools
 import json
 import math
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -241,7 +241,9 @@ class AgentBrowser:
 
     def mind(self, run: Path, agent_id: int, *, step: int | None = None,
              live_state: Any = None, live_mind: Mapping[str, Any] | None = None,
-             calls: int = MAX_CALLS) -> dict[str, Any]:
+             calls: int = MAX_CALLS,
+             describe: Callable[[Any], Mapping[str, Any] | None] | None = None
+             ) -> dict[str, Any]:
         """Agent ``agent_id``'s mind, for any scenario: its profile and background, its
         state, its latest ``calls`` LLM calls (request messages, answer or error, tokens,
         latency, endpoint, time; oldest first) and ``conversation``, the messages of its
@@ -252,8 +254,10 @@ class AgentBrowser:
         agent's in the checkpoint after ``step`` (default: the newest). Memory items come
         as role, sender and content; the other keys of the state as JSON, long text and
         long lists cut. A persona's ``persona`` is its text and its memory's events (step,
-        kind, text), and its state shows only what the memory is not. :class:`UnknownAgent`
-        when the run knows nothing of the agent.
+        kind, text), and its state shows only what the memory is not. ``describe`` (the
+        scenario's :meth:`~populace.launch.Scenario.agent_state`) labels a state that is no
+        mapping; without it a tuple's items are ``part 1``, ``part 2``…
+        :class:`UnknownAgent` when the run knows nothing of the agent.
         """
         if not _INT64[0] <= agent_id <= _INT64[1]:
             raise UnknownAgent(f"no agent {agent_id} in this run")
@@ -271,7 +275,8 @@ class AgentBrowser:
             elif memory is not None:
                 persona = self._rendered(run, row, memory)
             state = {"source": "live", "step": None, "group": None,
-                     **(_state(live_state) if persona is None else _rest(rest))}
+                     **(_state(live_state, describe) if persona is None
+                        else _rest(rest, describe))}
         else:
             try:
                 found = read_agent_state(run, agent_id, step)
@@ -285,7 +290,8 @@ class AgentBrowser:
                 if memory is not None:
                     persona = self._rendered(run, row, memory)
                 state = {"source": "checkpoint", "step": found[0], "group": found[1],
-                         **(_state(raw) if persona is None else _rest(rest))}
+                         **(_state(raw, describe) if persona is None
+                            else _rest(rest, describe))}
             elif state_error is None:
                 state_error = (f"no checkpoint after step {step} is kept" if step is not None
                                else "no checkpoint holds this agent (yet)")
@@ -390,10 +396,20 @@ def _memory_item(item: Any) -> dict[str, Any]:
             "content": _plain(content), "metadata": _plain(meta)}
 
 
-def _state(state: Any) -> dict[str, Any]:
-    """An agent's state: its ``memory`` items (the latest), and its other keys."""
+def _state(state: Any, describe: Callable[[Any], Mapping[str, Any] | None] | None = None
+           ) -> dict[str, Any]:
+    """An agent's state: its ``memory`` items (the latest), and its other keys; a state
+    that is no mapping as ``describe`` labels it, else a sequence's items as parts."""
     if not isinstance(state, Mapping):
-        return {"memory": [], "memory_total": 0, "fields": {"state": _plain(state)}}
+        labelled = describe(state) if describe is not None and state is not None else None
+        if isinstance(labelled, Mapping):
+            fields = {str(k): _plain(v) for k, v in itertools.islice(labelled.items(),
+                                                                       MAX_ITEMS)}
+        elif isinstance(state, tuple | list) and 0 < len(state) <= 12:
+            fields = {f"part {i + 1}": _plain(v) for i, v in enumerate(state)}
+        else:
+            fields = {"state": _plain(state)} if state is not None else {}
+        return {"memory": [], "memory_total": 0, "fields": fields}
     items = state.get("memory")
     items = list(items) if isinstance(items, list | tuple) else []
     fields = {str(k): _plain(v) for k, v in itertools.islice(
@@ -437,11 +453,12 @@ def _split_persona(state: Any) -> tuple[Memory | None, Any]:
     return None, state
 
 
-def _rest(rest: Any) -> dict[str, Any]:
+def _rest(rest: Any, describe: Callable[[Any], Mapping[str, Any] | None] | None = None
+          ) -> dict[str, Any]:
     """What a persona's state holds beside its memory (a subclass's own part)."""
     if rest is None:
         return {"memory": [], "memory_total": 0, "fields": {}}
-    return _state(rest)
+    return _state(rest, describe)
 
 
 def _persona_options(run: Path) -> PersonaOptions | str | None:

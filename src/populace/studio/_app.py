@@ -15,6 +15,8 @@ Endpoints (all under the security rules of ``_security``)::
                                             one agent's mind: its state (at checkpoint K,
                                             default the newest; a persona's text and
                                             memory), its LLM calls, its last prompt
+    GET  /api/runs/{id}/view                what its scenario declares for the panels
+    GET  /api/runs/{id}/shares              its categorical metrics, step by step
     GET  /api/configs                       run files the studio may start
     GET  /runs/{id}/report/                 the run's report.html (and files it links)
 
@@ -54,11 +56,13 @@ from ._agents import AgentBrowser, AgentQueryError, UnknownAgent
 from ._control import add_routes
 from ._runs import Damaged, NotFound, Refused, Runs
 from ._security import Guard, _refuse, is_loopback
+from ._view import categorical_history, scenario_view, state_describer
 
 STATIC = Path(__file__).parent / "static"
 REPORT_FILES = (".html", ".png", ".svg", ".jpg", ".jpeg", ".css", ".js", ".json", ".csv")
-LIVE_READ_S = 0.25 # seconds to read a live agent's state (its worker may be busy
-#                   with a step) before its newest checkpoint answers instead
+LIVE_READ_S = 1.0   # seconds to read a live agent's state (its worker may be busy
+#                     with a step) before its newest checkpoint answers instead
+LIVE_ONLY_S = 5.0   # the same before the first checkpoint, when nothing else can answer
 MAX_BODY = 64 * 1024  # bytes of a request body: a start request is a few dozen
 _SOURCES = ("body", "query", "path", "header", "cookie")  # the first part of an error's loc
 
@@ -141,6 +145,11 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
     def snapshot(run_id: str) -> dict[str, Any]:
         snap = view(run_id).to_json()
         snap["report"] = (runs.path(run_id) / "report.html").is_file()
+        live = runs.live(run_id)
+        control = live.control if live is not None else None
+        # the step an intervention scheduled now lands in (the server's own count)
+        snap["next_step"] = control.next_step if control is not None and control.live \
+            else None
         return snap
 
     # -- pages -------------------------------------------------------------------------------
@@ -237,17 +246,47 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
         live = runs.live(run_id)
         control = live.control if live is not None else None
         live_state = live_mind = done = None
+        busy = False
         if step is None and control is not None and control.live:
+            wait = LIVE_READ_S if control.steps_done else LIVE_ONLY_S
             try:  # the agent as the running simulation holds it, read beside the step
                 done, live_state, live_mind = await asyncio.wait_for(
-                    asyncio.wrap_future(control.agent_state(agent_id)), LIVE_READ_S)
-            except (RunNotLive, TimeoutError, LookupError, ValueError):
-                live_state = live_mind = None  # gone, busy or unknown: the checkpoint answers
+                    asyncio.wrap_future(control.agent_state(agent_id)), wait)
+            except TimeoutError:  # its worker is busy: the checkpoint answers, if any
+                live_state = live_mind = None
+                busy = True
+            except (RunNotLive, LookupError, ValueError):
+                live_state = live_mind = None  # gone or unknown: the checkpoint answers
+        _, describe = await asyncio.to_thread(declared, run_id, path)
         found = await asyncio.to_thread(agents.mind, path, agent_id, step=step,
-                                        live_state=live_state, live_mind=live_mind)
+                                        live_state=live_state, live_mind=live_mind,
+                                        describe=describe)
         if found.get("state") and found["state"]["source"] == "live":
             found["state"]["step"] = done  # the steps written when it was read
+        found["live_busy"] = busy  # the page reads again by itself
         return found
+
+    views: dict[str, tuple[dict[str, Any], Any]] = {}  # run id → (its view, describer)
+
+    def declared(run_id: str, path: Path) -> tuple[dict[str, Any], Any]:
+        found = views.get(run_id)
+        if found is None:
+            found = (scenario_view(path), state_describer(path))
+            if found[0]["scenario"] is not None:  # a run's scenario does not change
+                views[run_id] = found
+        return found
+
+    @app.get("/api/runs/{run_id}/view")
+    async def run_view(run_id: str) -> dict[str, Any]:
+        path = runs.check(run_id)
+        view, _ = await asyncio.to_thread(declared, run_id, path)
+        return view
+
+    @app.get("/api/runs/{run_id}/shares")
+    async def shares(run_id: str) -> dict[str, Any]:
+        path = runs.check(run_id)
+        view, _ = await asyncio.to_thread(declared, run_id, path)
+        return await asyncio.to_thread(categorical_history, path, view["categorical"])
 
     @app.get("/api/configs")
     def configs() -> list[str]:

@@ -354,6 +354,7 @@ class Runs:
         p = Path(path).resolve()
         live = LiveRun(p.name, p, monitor, control=control)
         monitor.run_id = p.name
+        monitor.forked_from = run_snapshot(p).forked_from  # a fork says so from the start
         self._live[p.name] = live
         return live
 
@@ -412,6 +413,7 @@ class Runs:
     def _begin(self, run_id: str, run: RunFile, run_dir: RunDirectory, config: str,
                *, resume: bool) -> LiveRun:
         monitor = RunMonitor(run_id=run_id)
+        monitor.forked_from = run_snapshot(run_dir.path).forked_from
         live = LiveRun(run_id, run_dir.path.resolve(), monitor, config=config,
                        control=RunControl())
         live.thread = threading.Thread(target=self._execute,

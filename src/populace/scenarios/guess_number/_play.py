@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -28,6 +28,7 @@ from populace.launch import (
     RunOptions,
     Scenario,
     ScenarioSettings,
+    StudioView,
     launch,
 )
 from populace.population import diversity_report
@@ -228,6 +229,13 @@ class GuessNumber(Scenario):
     def live_range(cls, run_file: RunFile) -> tuple[float, float]:
         game = run_file.config.game
         return game.low, game.high
+
+    @classmethod
+    def studio(cls, config: Mapping[str, Any]) -> StudioView:
+        return StudioView(answers="guesses", question="How did you choose your number?",
+                          where='profession == "artist"',
+                          message="Breaking news: the winning number was 90.",
+                          changes="game.ratio=0.5 seed=3")
 
     @classmethod
     def describe_step(cls, t: int, steps: int, entry: dict[str, Any]) -> str:

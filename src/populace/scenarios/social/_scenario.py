@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -22,7 +22,7 @@ from pydantic import Field, model_validator
 from populace._strict import StrictModel
 from populace.config import key_text
 from populace.core import ConfigError, PerWorker, derive_seed
-from populace.launch import Run, RunFile, Scenario, ScenarioSettings
+from populace.launch import Run, RunFile, Scenario, ScenarioSettings, StudioView
 from populace.population import PopulationConfig, largest_remainder
 from populace.results import atomic_write
 
@@ -240,6 +240,12 @@ class Social(Scenario):
         return data
 
     # -- the world ---------------------------------------------------------------------------
+    @classmethod
+    def studio(cls, config: Mapping[str, Any]) -> StudioView:
+        return StudioView(question="What did you read in your feed today?",
+                          message="A post about the town's new park is going around.",
+                          changes="settings.active=0.5")
+
     async def setup(self, run: Run) -> None:
         s = run.settings
         n = run.agents

@@ -11,7 +11,7 @@ import difflib
 import math
 import string
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -24,7 +24,7 @@ from pydantic import Field
 from populace.agents import persona_columns
 from populace.config import key_text
 from populace.core import ConfigError, derive_seed
-from populace.launch import Rows, Run, RunFile, Scenario, ScenarioSettings
+from populace.launch import Rows, Run, RunFile, Scenario, ScenarioSettings, StudioView
 from populace.population import PopulationConfig
 
 from ._agents import ROW, SEP, Plan, Respondent
@@ -259,6 +259,33 @@ class Survey(Scenario):
             settings["reference"] = str(config.reference)
         data["settings"] = settings
         return data
+
+    @classmethod
+    def studio(cls, config: Mapping[str, Any]) -> StudioView:
+        """The studio draws each question's answer shares (``marginals``) per step."""
+        return StudioView(answers="share of a respondent's answers that were valid",
+                          categorical=("marginals",),
+                          question="Why did you answer the last question as you did?",
+                          message="A reminder: your answers are anonymous.")
+
+    @classmethod
+    def agent_state(cls, state: Any, config: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """A respondent's state: the answers a later question's condition reads, and its
+        conversation so far (each question as it was put, and the reply)."""
+        if not isinstance(state, tuple | list) or len(state) < 2:
+            return None
+        known, history = state[0], state[1]
+        out: dict[str, Any] = {}
+        try:
+            settings = config.get("settings") or {}
+            remembered = sorted(Questionnaire.model_validate(
+                settings["questionnaire"]).referenced())
+        except (KeyError, TypeError, ValueError):
+            remembered = []
+        if known and len(remembered) == len(known):
+            out["answers its conditions read"] = dict(zip(remembered, known, strict=True))
+        out["conversation"] = [{"question": q, "reply": a} for q, a in history]
+        return out
 
     # -- the run ----------------------------------------------------------------------------
     async def setup(self, run: Run) -> None:

@@ -77,6 +77,17 @@ function setConn(state, text) {
   el.textContent = text;
 }
 
+// What a run's scenario declares for the panels (read once per run): what its answers are,
+// its metrics that are shares of options, example texts, models whose calls are not recorded.
+const declared = new Map();
+function viewOf(id) {
+  if (!declared.has(id)) declared.set(id, api(`/api/runs/${enc(id)}/view`).catch(() => null));
+  return declared.get(id);
+}
+const GENERIC = { answers: null, categorical: [], unrecorded_models: [],
+  examples: { question: "What matters most to you right now, and why?", where: null,
+              message: "An announcement for everyone.", changes: "seed=3" } };
+
 // One live resource per view (an EventSource or a timer); closed when the view changes.
 let live = [];
 function cleanup() {
@@ -177,15 +188,18 @@ function histogram(hist, opts = {}) {
     y: H - pad - (c / max) * (H - 2 * pad), height: (c / max) * (H - 2 * pad),
     "data-count": c,
   }, s("title", null, `${val(edges[i])} – ${val(edges[i + 1])}: ${num(c)}`)));
-  const label = (x, t) => s("text", { x, y: H - 10, "text-anchor": "middle" }, t);
+  const label = (x, t) => s("text", { x, y: H - 10, "text-anchor": "middle", class: "tick" }, t);
   const centre = (i) => (edges.length > i + 1 ? (edges[i] + edges[i + 1]) / 2 : lo);
+  // Bins of one integer each are labelled by their integer; others by the range's edges.
+  const unit = edges.length > 1 && Math.abs(edges[1] - edges[0] - 1) < 1e-9 && Number.isInteger(centre(0));
+  const ticks = !counts.length ? [] : unit
+    ? [label(pad + bw / 2, val(centre(0))), label(pad + (W - pad - right) / 2, val(centre(Math.floor(counts.length / 2)))),
+       label(W - right - bw / 2, val(centre(counts.length - 1)))]
+    : [label(pad + 8, val(lo)), label(pad + (W - pad - right) / 2, val((lo + hi) / 2)), label(W - right - 8, val(hi))];
   return s("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", id: opts.id, class: "hist", role: "img",
                     "aria-label": opts.label || "histogram" },
     s("line", { class: "axis", x1: pad, y1: H - pad, x2: W - right, y2: H - pad }),
-    s("text", { x: 2, y: pad - 6 }, num(max)), ...bars,
-    counts.length ? [label(pad + bw / 2, val(centre(0))),
-      label(pad + (W - pad - right) / 2, val((lo + hi) / 2)),
-      label(W - right - bw / 2, val(centre(counts.length - 1)))] : []);
+    s("text", { x: 2, y: pad - 6 }, num(max)), ...bars, ticks);
 }
 
 // One metric over the steps: a small line chart, its last value and its range.
@@ -193,9 +207,14 @@ function spark(name, steps, values) {
   const W = 260, H = 64, pad = 4;
   const pts = values.map((v, i) => [steps[i], typeof v === "boolean" ? Number(v) : v])
     .filter(([, v]) => typeof v === "number");
-  const last = values.length ? values[values.length - 1] : null;
-  const head = h("div", { class: "spark-head" }, h("span", { class: "spark-name" }, name),
-    h("b", { class: "spark-value" }, val(last)));
+  // The latest value reported (a question asked in an earlier wave: its step says so).
+  let at = values.length - 1;
+  while (at > 0 && (values[at] === null || values[at] === undefined)) at -= 1;
+  const last = at >= 0 ? values[at] : null;
+  const shown = name === "wall_s" && typeof last === "number" ? secs(last) : val(last);
+  const head = h("div", { class: "spark-head" }, h("span", { class: "spark-name", title: name }, name),
+    h("b", { class: "spark-value" }, shown,
+      at >= 0 && at < values.length - 1 && last !== null ? h("small", { class: "muted spark-at" }, ` step ${steps[at]}`) : null));
   if (pts.length < 1) return h("div", { class: "spark", "data-metric": name }, head);
   const ys = pts.map(([, v]) => v), xs = pts.map(([t]) => t);
   const ymin = Math.min(...ys), ymax = Math.max(...ys), xmin = Math.min(...xs), xmax = Math.max(...xs);
@@ -224,16 +243,19 @@ function runView(id) {
   el.bar = h("div", { style: "width:0%" });
   el.updates = h("span", { id: "updates", class: "muted", "data-n": 0 });
   el.error = h("p", { class: "error", id: "run-error" });
+  el.fork = h("div", { class: "fork-banner", id: "fork-banner", hidden: true });
   el.answersCaption = h("div", { class: "muted", id: "answers-caption" });
+  let view = GENERIC, lastSnap = null;
   // Managing the run: read when the view opens and when a step ends, never streamed.
   let marks = new Map(), lastSeries = null;
   const fork = forkPanel(id);
   const interviews = interviewPanel(id);
   const interventions = intervenePanel(id, (m) => { marks = m; if (lastSeries) renderMetrics(lastSeries); });
+  const shares = sharesPanel(id);
   setView(
     h("section", { class: "card" },
       h("div", { class: "row" }, el.title, el.status, h("span", { class: "spacer" }), el.links, el.report, el.stop),
-      el.meta, el.error,
+      el.meta, el.fork, el.error,
       h("div", { class: "row", style: "margin-top:10px" }, el.stepText, el.progressText, h("span", { class: "spacer" }), el.updates),
       h("div", { class: "bar", id: "progress-bar" }, el.bar)),
     h("div", { class: "grid" },
@@ -241,12 +263,19 @@ function runView(id) {
       box("answers", "Answers this step", el.answersCaption)),
     box("metrics", "Metrics per step"),
     h("div", { class: "grid", id: "manage" }, interviews.node, interventions.node),
+    shares.node,
     box("distributions", "Distributions"),
     h("div", { class: "grid" },
       box("llm", "LLM"),
       box("workers", "Workers")),
     box("env", "Environment"));
   document.getElementById("metrics-card").append(fork.node);
+  viewOf(id).then((v) => {
+    view = v || GENERIC;
+    shares.onload = () => { if (lastSnap) renderAnswers(lastSnap.answers || {}, lastSnap.live); };
+    for (const panel of [interviews, interventions, fork, shares]) panel.declare(view);
+    if (lastSnap) renderAnswers(lastSnap.answers || {}, lastSnap.live);
+  });
   el.stop.addEventListener("click", async () => {
     el.stop.disabled = true;
     try {
@@ -260,6 +289,7 @@ function runView(id) {
   let n = 0;
   function render(snap) {
     n += 1;
+    lastSnap = snap;
     el.updates.dataset.n = n;
     el.updates.textContent = `${snap.live ? "live" : "from disk"} · update ${n}`;
     el.title.textContent = snap.name || id;
@@ -269,6 +299,16 @@ function runView(id) {
       snap.n_workers && `${snap.n_workers} worker(s)`, (snap.models || []).length && `model ${snap.models.join(", ")}`,
       snap.elapsed_s !== null && snap.elapsed_s !== undefined && `${secs(snap.elapsed_s)} elapsed`].filter(Boolean).join(" · ");
     el.error.textContent = snap.error || "";
+    const origin = snap.forked_from;
+    el.fork.hidden = !origin;
+    if (origin && el.fork.dataset.run !== origin.run) {
+      el.fork.dataset.run = origin.run;
+      const changes = Object.entries(origin.set || {});
+      el.fork.replaceChildren("A fork of ", h("a", { href: `#/run/${enc(origin.run)}`, id: "fork-source" }, origin.run),
+        ` after step ${origin.step ?? "?"}`, ...(changes.length
+          ? [" · changed: ", h("span", { id: "fork-changes" }, changes.map(([k, v]) => `${k}=${typeof v === "object" ? JSON.stringify(v) : v}`).join(", "))]
+          : [" · no setting changed"]));
+    }
     el.stop.hidden = !(snap.live && !snap.finished);
     if (snap.stop_requested) { el.stop.disabled = true; el.stop.textContent = "Stopping…"; }
     el.report.hidden = !snap.report;
@@ -283,7 +323,7 @@ function runView(id) {
     renderAnswers(snap.answers || {}, snap.live);
     renderMetrics(snap.series || {});
     renderDistributions(snap.distributions || {});
-    for (const panel of [interviews, interventions, fork]) panel.update(snap);
+    for (const panel of [interviews, interventions, fork, shares]) panel.update(snap);
     renderLLM(snap.llm || {});
     renderWorkers(snap);
     const env = Object.entries(snap.environment || {});
@@ -299,6 +339,14 @@ function runView(id) {
   }
 
   function renderAnswers(a, isLive) {
+    const what = view.answers || "numbers";
+    if (view.categorical.length) {  // shares of options: the last finished step's, beside the progress
+      el.answers.replaceChildren(shares.latest());
+      el.answersCaption.textContent = !isLive || !a.n ? "" :
+        `step ${a.step || "–"}: ${num(a.n)} answered` + (lastSnap && lastSnap.finished ? "" : " so far") + (a.missing ? `, ${num(a.missing)} without a number` : "") +
+        (a.mean !== null && a.mean !== undefined ? ` · ${what}: mean ${val(a.mean)}` : "");
+      return;
+    }
     if (!(a.counts || []).length) {
       el.answers.replaceChildren(h("p", { class: "muted" }, isLive ? "No numeric answers in this step yet." :
         "Answers are shown while a step is collecting them."));
@@ -306,7 +354,8 @@ function runView(id) {
       return;
     }
     el.answers.replaceChildren(histogram(a, { id: "answers-svg", label: "histogram of this step's answers so far" }));
-    el.answersCaption.textContent = `step ${a.step || "–"}: ${num(a.n)} numbers, ${num(a.missing)} other · mean ${val(a.mean)} · std ${val(a.std)}`;
+    el.answersCaption.textContent = `step ${a.step || "–"}: ${num(a.n)} ${what}` + (a.missing ? `, ${num(a.missing)} other` : "") +
+      (a.std === 0 ? ` · all ${val(a.mean)}` : ` · mean ${val(a.mean)} · std ${val(a.std)}`);
   }
 
   let metricsKey = "";
@@ -352,6 +401,7 @@ function runView(id) {
       kv("tokens cached", num(llm.cached_tokens)), kv("prefix reused", num(llm.prefix_tokens)),
       kv("retries", num(llm.retries)), kv("failed requests", num(llm.failures)),
       kv("latency p50", secs(lat.p50)), kv("latency p90", secs(lat.p90)), kv("latency p99", secs(lat.p99)))];
+    if (lat.basis === "arrival") parts.push(h("div", { class: "muted", id: "latency-basis" }, "latency: the scenario measures none per answer, so from the start of the step's collection to each answer's arrival"));
     if ((llm.errors || []).length) {
       parts.push(h("div", { class: "msg-label" }, "failed answers by kind"),
         table(["kind", "count"], llm.errors.map(([k, c]) => ({ cells: [k, num(c)] })), { numeric: [1] }));
@@ -597,10 +647,11 @@ function parseSets(text) {
 // Whom to reach: agent ids, a profile query, a sample of either (or of everyone).
 function whom(prefix, everyone) {
   const agents = h("input", { id: `${prefix}-agents`, placeholder: "e.g. 7, 42" });
-  const where = h("input", { id: `${prefix}-where`, placeholder: 'e.g. profession == "artist"' });
+  const where = h("input", { id: `${prefix}-where`, placeholder: "e.g. a column == \"a value\"" });
   const sample = h("input", { id: `${prefix}-sample`, type: "number", min: 1, placeholder: everyone });
   return {
     nodes: [field("agent ids", agents), field("profile query", where, { wide: true }), field("sample of", sample)],
+    declare(v) { if (v.examples.where) where.placeholder = `e.g. ${v.examples.where}`; },
     read() {
       const out = {};
       if (agents.value.trim()) out.agents = agentIds(agents.value);
@@ -620,7 +671,7 @@ const answerCell = (r) => (r.error ? h("span", { class: "error-text" }, r.error)
 function interviewPanel(id, agent) {
   const p = agent === undefined ? "iv" : "aiv";
   const question = h("textarea", { id: `${p}-question`, rows: 2, maxlength: 2000,
-                                   placeholder: "e.g. How did you choose your number?" });
+                                   placeholder: `e.g. ${GENERIC.examples.question}` });
   const who = agent === undefined ? whom(p, "all") : null;
   const step = h("input", { id: `${p}-step`, type: "number", min: 0, placeholder: "latest" });
   const stepField = field("at step", step);
@@ -633,6 +684,7 @@ function interviewPanel(id, agent) {
     field("question", question, { wide: true }), who ? who.nodes : null, stepField,
     h("div", { class: "row actions" }, ask, status));
   let isLive = false;
+  let shownAbove = null;  // the interview whose answers the table above shows
 
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
@@ -653,6 +705,7 @@ function interviewPanel(id, agent) {
         status.textContent = `queued: the answers come after step ${r.after_step} and appear below`;
       } else {
         status.textContent = `interview ${r.interview}: ${num(r.rows.length)} answer(s)`;
+        shownAbove = r.interview;
         answers.replaceChildren(table(["agent", "answer", "step", "source", "tokens in / out", "latency"],
           r.rows.map((x) => ({ cells: [agentLink(id, x.agent_id), answerCell(x), x.step, x.source, tokens(x), secs(x.latency_s)] })),
           { id: `${p}-answers-table`, numeric: [2, 4, 5] }));
@@ -669,10 +722,12 @@ function interviewPanel(id, agent) {
   async function refresh() {
     try {
       const r = await api(`/api/runs/${enc(id)}/interviews`);
-      const rows = agent === undefined ? r.rows : r.rows.filter((x) => String(x.agent_id) === String(agent));
-      history.replaceChildren(...!rows.length ? [h("p", { class: "muted" }, agent === undefined ? "No interviews yet." : "Not interviewed yet.")] : [
+      const rows = (agent === undefined ? r.rows : r.rows.filter((x) => String(x.agent_id) === String(agent)))
+        .filter((x) => x.interview !== shownAbove);  // listed once: those above are not repeated
+      history.replaceChildren(...!rows.length ? [h("p", { class: "muted" }, shownAbove !== null ? "No earlier interviews."
+        : agent === undefined ? "No interviews yet." : "Not interviewed yet.")] : [
         h("div", { class: "msg-label" }, agent === undefined
-          ? `earlier interviews: ${num(r.total)} answer(s)` + (r.total > r.rows.length ? `, the latest ${num(r.rows.length)} shown` : "")
+          ? `earlier interviews: ${num(r.total - (r.rows.length - rows.length))} answer(s)` + (r.total > r.rows.length ? `, the latest ${num(rows.length)} shown` : "")
           : "earlier answers"),
         h("div", { class: "manage-list" }, table(["#", "step", "agent", "question", "answer", "latency"],
           rows.map((x) => ({ cells: [x.interview, x.step, agentLink(id, x.agent_id), h("div", { class: "answer" }, x.question), answerCell(x), secs(x.latency_s)] })),
@@ -698,7 +753,9 @@ function interviewPanel(id, agent) {
       ? "Ask agents a question, answered with their own model, persona and memory. A live run is asked between its steps; a finished one from a step's checkpoint. Interviews never change the run."
       : "Answered with its model, persona and memory; never changes the run."),
     form, error, answers, history);
-  return { node, update, refresh };
+  const declare = (v) => { question.placeholder = `e.g. ${v.examples.question}`; if (who) who.declare(v); };
+  if (agent !== undefined) viewOf(id).then((v) => declare(v || GENERIC));
+  return { node, update, refresh, declare };
 }
 
 // Intervene: schedule a message or an environment change for the next step of a live run,
@@ -706,10 +763,10 @@ function interviewPanel(id, agent) {
 function intervenePanel(id, onMarks) {
   const kind = h("select", { id: "ix-kind" }, h("option", { value: "message" }, "a message to agents"),
     h("option", { value: "environment" }, "an environment change"));
-  const text = h("textarea", { id: "ix-text", rows: 2, maxlength: 4000, placeholder: "e.g. Breaking news: the winning number was 90." });
+  const text = h("textarea", { id: "ix-text", rows: 2, maxlength: 4000, placeholder: `e.g. ${GENERIC.examples.message}` });
   const who = whom("ix", "all");
   const key = h("input", { id: "ix-key", placeholder: "e.g. announcement" });
-  const value = h("input", { id: "ix-value", placeholder: 'JSON, or text: "Round 2 was cancelled."' });
+  const value = h("input", { id: "ix-value", placeholder: 'JSON, or text: "closed"' });
   const env = h("input", { id: "ix-env", placeholder: "optional" });
   const message = h("div", { class: "fields" }, field("message", text, { wide: true }), who.nodes);
   const change = h("div", { class: "fields", hidden: true }, field("key", key), field("value", value, { wide: true }),
@@ -777,20 +834,94 @@ function intervenePanel(id, onMarks) {
     stepsDone = snap.steps_done || 0;
     isLive = nowLive;
     form.hidden = !isLive;
+    // The step the server schedules for now: the one after the step in progress.
+    const next = snap.next_step ?? ((snap.step > stepsDone ? snap.step : stepsDone) + 1);
     note.textContent = isLive
-      ? `Carried out at the start of step ${stepsDone + 1} (or the next one to start), before the scenario's step; kept in the run directory, so a resume or a fork does it again.`
+      ? `Scheduled now: carried out at the start of step ${next} (the next one to start), before the scenario's step; kept in the run directory, so a resume or a fork does it again.`
       : "Interventions go to the next step of a live run; to change what comes after a finished step, fork it (the steps table).";
     if (changed) refresh(); // what was pending may have been carried out
   }
   refresh();
   const node = h("section", { class: "card", id: "intervene-card" }, h("h3", null, "Intervene"), note, form, error, list);
-  return { node, update, refresh };
+  const declare = (v) => { text.placeholder = `e.g. ${v.examples.message}`; who.declare(v); };
+  return { node, update, refresh, declare };
+}
+
+// Shares of options per step, for the metrics a scenario declares categorical (a survey's
+// marginals: question → option → share): one stacked bar per step and question, read from
+// the run's summary when a step ends (never in the live stream).
+const PALETTE = ["#3867d6", "#e58e26", "#2e9d5b", "#9b6dd6", "#d1453b", "#17a2b8", "#b8860b",
+                 "#e84393", "#6b7385", "#20bf6b", "#8854d0", "#fa8231"];
+function sharesPanel(id) {
+  const body = h("div", { id: "shares" });
+  const node = h("section", { class: "card", id: "shares-card", hidden: true },
+    h("h3", null, "Answer shares per step"), body);
+  let names = [], data = {}, stepsDone = null;
+  const colour = (i) => PALETTE[i % PALETTE.length];
+  const pct = (x) => `${(100 * x).toFixed(x >= 0.1 || x === 0 ? 0 : 1)}%`;
+  const bar = (shares, options, cls) => h("div", { class: `stack share-bar ${cls || ""}` }, options.map((o, i) =>
+    (shares[o] || 0) > 0 ? h("div", { style: `width:${100 * shares[o]}%;background:${colour(i)}`, title: `${o}: ${pct(shares[o])}`, "data-option": o }) : null));
+  const legend = (options) => h("div", { class: "legend" }, options.map((o, i) => h("span", { style: `--c:${colour(i)}` }, o)));
+  const optionsOf = (column) => [...new Set(column.filter(Boolean).flatMap((x) => Object.keys(x)))];
+  function questions() {
+    return names.flatMap((name) => Object.entries((data[name] || {}).questions || {})
+      .map(([q, column]) => ({ name, q, column, steps: data[name].steps })));
+  }
+  function draw() {
+    const qs = questions();
+    node.hidden = !names.length;
+    body.replaceChildren(!qs.length ? h("p", { class: "muted" }, "Shares appear when a step that asks a question ends.")
+      : h("div", { class: "shares" }, qs.map(({ name, q, column, steps }) => {
+        const options = optionsOf(column);
+        return h("div", { class: "share-block", "data-question": q || name },
+          h("div", { class: "spark-head" }, h("span", { class: "spark-name" }, q || name), names.length > 1 && q ? h("span", { class: "muted" }, name) : null),
+          h("div", { class: "share-rows" }, column.map((x, i) => x ? h("div", { class: "share-row", "data-step": steps[i] },
+            h("span", { class: "muted share-step" }, `step ${steps[i]}`), bar(x, options)) : null)),
+          legend(options));
+      })));
+  }
+  async function load() {
+    try {
+      data = await api(`/api/runs/${enc(id)}/shares`);
+    } catch (e) {
+      body.replaceChildren(h("p", { class: "error" }, e.message));
+      return;
+    }
+    draw();
+    if (panel.onload) panel.onload();
+  }
+  const panel = {
+    node,
+    declare(v) { names = v.categorical || []; if (names.length) load(); else node.hidden = true; },
+    update(snap) {
+      if (names.length && stepsDone !== null && snap.steps_done !== stepsDone) load();
+      stepsDone = snap.steps_done;
+    },
+    // Each question's latest shares (the answers panel of a scenario of categorical answers).
+    latest() {
+      const qs = questions().map((x) => {
+        let at = x.column.length - 1;
+        while (at >= 0 && !x.column[at]) at -= 1;
+        return { ...x, at };
+      }).filter((x) => x.at >= 0);
+      if (!qs.length) return h("p", { class: "muted", id: "answers-shares" }, "The shares of each answer appear when a step that asks a question ends.");
+      return h("div", { id: "answers-shares", class: "shares-latest" }, qs.map(({ name, q, column, steps, at }) => {
+        const options = optionsOf(column);
+        const shares = column[at];
+        return h("div", { class: "share-latest", "data-question": q || name },
+          h("div", { class: "spark-head" }, h("span", { class: "spark-name" }, q || name), h("span", { class: "muted" }, `step ${steps[at]}`)),
+          bar(shares, options),
+          h("div", { class: "share-labels muted" }, options.map((o, i) => h("span", { style: `--c:${colour(i)}` }, `${o} ${pct(shares[o] || 0)}`))));
+      }));
+    },
+  };
+  return panel;
 }
 
 // Fork: the steps table's "Fork" opens this form for its step; it starts a new live run.
 function forkPanel(id) {
   const stepText = h("b", { id: "fork-step" });
-  const sets = h("textarea", { id: "fork-set", rows: 1, placeholder: "optional changes: game.ratio=0.5 seed=3 (one key=value a line when values hold spaces)" });
+  const sets = h("textarea", { id: "fork-set", rows: 1, placeholder: `optional changes: ${GENERIC.examples.changes} (one key=value a line when values hold spaces)` });
   const submit = h("button", { id: "fork-submit", type: "submit" }, "Start the fork");
   const cancel = h("button", { type: "button", class: "plain", onclick: () => { form.hidden = true; error.textContent = ""; } }, "Cancel");
   const error = h("p", { class: "error", id: "fork-error" });
@@ -832,6 +963,7 @@ function forkPanel(id) {
       sets.focus();
     },
     update(snap) { isLive = Boolean(snap.live && !snap.finished); },
+    declare(v) { sets.placeholder = `optional changes: ${v.examples.changes} (one key=value a line when values hold spaces)`; },
   };
 }
 
@@ -852,19 +984,45 @@ function mindPanel(id, agentId) {
   const error = h("p", { class: "error", id: "mind-error" });
   const body = h("div", { id: "mind" });
   const form = h("form", { class: "row", id: "mind-form" }, field("at step", step), load);
-  form.addEventListener("submit", (ev) => { ev.preventDefault(); read(); });
+  form.addEventListener("submit", (ev) => { ev.preventDefault(); read(false); });
 
-  const kvTable = (obj, tid) => table(["attribute", "value"], Object.entries(obj || {}).map(([k, v]) => ({
-    cells: [k, v === null ? "–" : typeof v === "object" ? JSON.stringify(v) : String(v)] })), { id: tid });
+  // A state's fields, labelled: scalars as text, a list of records as a table, a mapping
+  // as its own fields, a list of scalars inline, long text whole; never one JSON cell.
+  const shape = (v, depth = 0) => {
+    if (v === null || v === undefined) return h("span", { class: "muted" }, "–");
+    if (typeof v !== "object") return typeof v === "string" && (v.length > 80 || v.includes("\n")) ? h("pre", null, v) : String(val(v));
+    if (depth > 3) return h("pre", null, JSON.stringify(v, null, 1));
+    if (Array.isArray(v)) {
+      if (!v.length) return h("span", { class: "muted" }, "none");
+      if (v.every((x) => x === null || typeof x !== "object")) return v.map((x) => (x === null ? "–" : String(val(x)))).join(", ");
+      const keys = v.every((x) => x && typeof x === "object" && !Array.isArray(x)) ? [...new Set(v.flatMap(Object.keys))] : null;
+      if (keys && keys.length <= 6) return table(["#", ...keys], v.map((x, i) => ({ cells: [i + 1, ...keys.map((k) => shape(x[k], depth + 1))] })), { numeric: [0] });
+      return h("ol", { class: "state-list" }, v.map((x) => h("li", null, shape(x, depth + 1))));
+    }
+    return h("dl", { class: "state-fields" }, Object.entries(v).map(([k, x]) => [h("dt", null, k), h("dd", null, shape(x, depth + 1))]));
+  };
+  const kvTable = (obj, tid) => h("dl", { class: "state-fields", id: tid }, Object.entries(obj || {}).map(([k, v]) =>
+    [h("dt", { "data-field": k }, k), h("dd", { "data-field": k }, shape(v))]));
   const message = (m) => h("div", { class: `msg ${m.role || ""}` }, h("div", { class: "msg-label" }, m.role || "message"),
     h("pre", null, typeof m.content === "string" ? m.content : JSON.stringify(m.content, null, 1)));
 
-  async function read() {
+  let view = GENERIC, retry = null, retries = 0;
+  viewOf(id).then((v) => { view = v || GENERIC; });
+  async function read(again) {
     error.textContent = "";
     load.disabled = true;
+    clearTimeout(retry);
+    if (!again) retries = 0;
     try {
       const q = step.value ? `?step=${enc(step.value)}` : "";
-      show(await api(`/api/runs/${enc(id)}/agents/${enc(agentId)}/mind${q}`));
+      const m = await api(`/api/runs/${enc(id)}/agents/${enc(agentId)}/mind${q}`);
+      show(m);
+      // Its worker was too busy to answer: read again by itself, a few times.
+      if (m.live_busy && retries < 10 && document.body.contains(body)) {
+        retries += 1;
+        body.prepend(h("p", { class: "muted", id: "mind-busy" }, "The running simulation was busy; reading its state again…"));
+        retry = setTimeout(() => read(true), 1500);
+      }
     } catch (e) {
       error.textContent = e.message;
     } finally {
@@ -887,6 +1045,10 @@ function mindPanel(id, agentId) {
   // The mind's JSON (AgentBrowser.mind): state (memory, fields), persona (a persona agent's
   // text and memory), calls (oldest first) and conversation (the messages of the latest call).
   // The profile and background are on the agent's page above, not repeated here.
+  // Why no call is listed: none has ended yet, or its model's calls are never recorded.
+  const noCalls = () => (view.unrecorded_models.length
+    ? `No call recorded for this agent (the calls of ${view.unrecorded_models.join(", ")}, a dummy model, are not recorded).`
+    : "No call of this agent has been recorded yet (a call is listed once it has ended).");
   function show(m) {
     const st = m.state;
     const p = m.persona;
@@ -916,7 +1078,7 @@ function mindPanel(id, agentId) {
     const convo = m.conversation || [];
     parts.push(h("div", { class: "msg-label" }, "last prompt: the messages of its latest LLM call (interviews aside)"),
       convo.length ? h("div", { class: "conversation", id: "mind-conversation" }, convo.map(message))
-        : h("p", { class: "muted" }, "No call recorded (dummy models are not recorded)."));
+        : h("p", { class: "muted", id: "mind-no-calls" }, noCalls()));
     const calls = (m.calls || []).slice().reverse();
     parts.push(h("div", { class: "msg-label" }, `LLM calls: ${num(calls.length)}` + (m.more_calls ? ", the latest (more in llm_calls/)" : "") + ", newest first"),
       calls.length ? h("div", { class: "manage-list", id: "mind-calls" }, calls.map((c, i) => h("details", { class: "call", "data-call": i },
@@ -929,10 +1091,11 @@ function mindPanel(id, agentId) {
         h("div", { class: "muted call-params" }, Object.entries({ ...(c.params || {}), seed: c.seed })
           .filter(([, v]) => v !== null && v !== undefined)
           .map(([k, v]) => `${k} ${typeof v === "object" ? JSON.stringify(v) : v}`).join(" · ") + (c.endpoint ? ` · ${c.endpoint}` : "") + (c.interview ? " · interview" : "")))))
-        : h("p", { class: "muted" }, "None recorded for this agent."));
+        : h("p", { class: "muted" }, noCalls()));
     body.replaceChildren(...parts.filter((x) => x !== null));
   }
-  read();
+  read(false);
+  live.push(() => clearTimeout(retry));
   return h("section", { class: "card", id: "mind-card" }, h("h3", null, "Mind"),
     h("p", { class: "muted" }, "What the agent holds: in a live run its state now, read from its worker; else after a step (by default the newest checkpoint). A persona's text as its model sees it; its memory and other state; its last prompt and its LLM calls."),
     form, error, body);
