@@ -108,6 +108,40 @@ def test_a_scenario_file_that_does_not_import_is_one_line(
                                      "mine.py, line 1: SyntaxError:")
 
 
+@pytest.mark.parametrize("broken", ["raise RuntimeError('now broken')\n",
+                                    "import sys\nsys.exit(0)\n"], ids=["raises", "exits"])
+def test_a_scenario_file_that_stops_importing_after_its_run_is_one_line(
+        tmp_path: Path, broken: str) -> None:
+    """Issue 33: a scenario file failing at import (or exiting there) never leaves a run
+    directory without summary.json: nothing is made before it imports; a run whose file
+    breaks afterwards keeps its summary, is read by report, and its resume is one line."""
+    def populace(*args: str | Path) -> tuple[int, str]:  # a process each: a fresh import
+        done = subprocess.run([sys.executable, "-m", "populace.cli", *map(str, args)],
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                              env={**os.environ, "NO_COLOR": "1"})
+        return done.returncode, done.stderr
+
+    (tmp_path / "mine.py").write_text(broken)
+    path = tmp_path / "run.yaml"
+    path.write_text("scenario: mine.py:Mine\nagents: 3\n")
+    code, stderr = populace("run", path, "--out", tmp_path / "o")
+    assert code == 2 and len(stderr.strip().splitlines()) == 1, stderr
+    assert not (tmp_path / "o").exists()
+
+    (tmp_path / "mine.py").write_text(
+        "from populace.launch import Scenario\n\n\nclass Mine(Scenario):\n"
+        "    async def step(self, run, t):\n        run.metric('x', t)\n")
+    assert populace("run", path, "--out", tmp_path / "o") == (0, "")
+    (tmp_path / "mine.py").write_text(broken)
+    code, stderr = populace("run", "--resume", tmp_path / "o")
+    assert code == 2 and len(stderr.strip().splitlines()) == 1, stderr
+    assert "scenario: mine.py does not import" in stderr and "Traceback" not in stderr
+    assert read_summary(tmp_path / "o")["status"] == "completed"
+    code, stderr = populace("report", tmp_path / "o")
+    assert code == 0 and stderr.startswith("warning: "), stderr
+    assert (tmp_path / "o" / "report.html").is_file()
+
+
 @pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
                          ids=["SIGINT", "SIGTERM"])
 def test_a_scenario_stops_cleanly_on_a_signal_and_resumes(
