@@ -34,7 +34,8 @@ through the environment per second of the day, the peak memory::
 
 ``--throughput``: key operations per second through the service (a Ray actor with
 ``--backend ray``), ``--agents`` keys: every agent adds one to its own key per round through
-its worker's ``EnvClient``, without and with merging (net of an idle round, best of 3);
+its worker's ``EnvClient``, without and with merging (net of an idle round, best of 3), and
+to its own element of an array key (``incr_many(key, 1, at=[i])``);
 then the central process adds one to every key with one ``incr_many`` of the keys' names,
 and to every element of an array key with one ``incr_many(..., at=)``::
 
@@ -233,16 +234,20 @@ def same_tables(a: Path, b: Path) -> bool:
 
 
 class Counter(Agent):
-    __slots__ = ("env", "key")
+    __slots__ = ("at", "env", "key")
 
     def __init__(self, id: int, profile: Profile | None = None, *, env: EnvClient,
                  keys: int) -> None:
         super().__init__(id, profile)
         self.env = env
         self.key = f"k/{id % keys}"
+        self.at = [id % keys]
 
     async def bump(self) -> None:
         await self.env.incr(self.key)
+
+    async def bump_at(self) -> None:
+        await self.env.incr_many("column", 1, at=self.at)
 
     async def idle(self) -> None:
         pass
@@ -276,6 +281,17 @@ async def throughput(args: argparse.Namespace) -> None:
                               "round_s": round(busy, 3), "idle_round_s": round(idle, 3),
                               "key_ops_per_s": round(n / max(busy - idle, 1e-9))}),
                   flush=True)
+            await people.map(Counter.bump_at)  # warm up
+            busy = float("inf")
+            for _ in range(3):
+                t0 = clock()
+                await people.map(Counter.bump_at)
+                busy = min(busy, clock() - t0)
+            print(json.dumps({"throughput": "agents, one incr_many(at=) each", "merge": merge,
+                              "backend": args.backend, "shards": args.shards, "keys": n,
+                              "round_s": round(busy, 3),
+                              "key_ops_per_s": round(n / max(busy - idle, 1e-9))}),
+                  flush=True)
         for label, call in (
                 ("central, incr_many(keys)", lambda: service.incr_many(keys, 1)),
                 ("central, incr_many(key, at=)",
@@ -292,6 +308,8 @@ async def throughput(args: argparse.Namespace) -> None:
         counts = await service.query_many(keys[:1])
         expected = 1 + 3 + 1 + 3 + 3  # warm-up and 3 rounds, twice; 3 incr_many
         assert counts == [expected], counts
+        column = await service.query_many("column", at=[0, n - 1])
+        assert column.tolist() == [2 * 4 + 3] * 2, column  # the same, at= per agent
 
 
 def nearby(args: argparse.Namespace) -> None:

@@ -9,6 +9,7 @@ array. :class:`KeyList` is how the keys travel: one string instead of a million.
 
 from __future__ import annotations
 
+from itertools import chain, pairwise
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -85,6 +86,8 @@ def at_positions(env: Env, kind: str, key: Any, at: Any, arg: Any) -> Any:
         raise TypeError(f"key {key!r} holds {type(old).__name__}; at= addresses the "
                         "elements of a one-dimensional NumPy array")
     idx = np.asarray(at)
+    if not idx.size:  # [] reads as floats: no position is no position, of any type
+        idx = idx.astype(np.int64)
     if idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
         raise TypeError(f"at= takes one-dimensional integer positions, got {idx.dtype} "
                         f"with shape {idx.shape}")
@@ -242,19 +245,22 @@ def incr_at_each(env: Env, key: str, deltas: list[Any], ats: list[Any]
     n = len(ats)
     home = env._home(key) if env._served is None else None
     old = home._data[key] if home is not None else None
-    parts = [np.asarray(a) for a in ats]
     if (home is None or not isinstance(old, np.ndarray) or old.ndim != 1
             or old.dtype.kind not in "iu" or home._n_listeners
             or home._tree.n_descendant_listeners
-            or any(a.ndim != 1 or a.dtype.kind not in "iu" for a in parts)
-            or any(not _integral(d) for d in deltas)):
+            or not all(map(_integral, deltas))):
         return _one_at_a_time(env, key, deltas, ats)
-    sizes = np.fromiter((a.size for a in parts), dtype=np.int64, count=n)
-    where = np.concatenate(parts) if n else np.empty(0, dtype=np.int64)
+    joined = _positions(ats)
+    if joined is None:
+        return _one_at_a_time(env, key, deltas, ats)
+    where, sizes = joined
     if where.size and (int(where.min()) < 0 or int(where.max()) >= len(old)):
         return _one_at_a_time(env, key, deltas, ats)
-    by = np.concatenate([np.broadcast_to(np.asarray(d, dtype=old.dtype), (size,))
-                         for d, size in zip(deltas, sizes.tolist(), strict=True)])
+    if all(type(d) is int for d in deltas):  # one number per op, the common case
+        by = np.repeat(np.array(deltas, dtype=old.dtype), sizes)
+    else:
+        by = np.concatenate([np.broadcast_to(np.asarray(d, dtype=old.dtype), (size,))
+                             for d, size in zip(deltas, sizes.tolist(), strict=True)])
     new = old.copy()
     np.add.at(new, where, by)
     # Each operation's result: the old value plus every delta at that position from the
@@ -292,10 +298,29 @@ class Pieces:
         return len(self.bounds) + 1
 
     def __iter__(self) -> Any:
-        return iter(np.split(self.array, self.bounds))
+        array = self.array
+        return (array[a:b] for a, b in pairwise([0, *self.bounds, len(array)]))
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Pieces, (self.array, self.bounds))
+
+
+def _positions(ats: list[Any]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Every op's positions joined, and how many each has; None if an op's are not a flat
+    run of integers (that op must then fail, or pass, on its own)."""
+    n = len(ats)
+    if all(type(a) is list for a in ats):  # what agents usually send
+        flat = list(chain.from_iterable(ats))
+        if not all(type(x) is int for x in flat):
+            return None
+        return (np.array(flat, dtype=np.int64),
+                np.fromiter(map(len, ats), dtype=np.int64, count=n))
+    parts = [np.asarray(a) for a in ats]
+    if any(a.ndim != 1 or (a.size and a.dtype.kind not in "iu") for a in parts):
+        return None
+    sizes = np.fromiter((a.size for a in parts), dtype=np.int64, count=n)
+    return (np.concatenate(parts).astype(np.int64, copy=False) if n
+            else np.empty(0, dtype=np.int64)), sizes
 
 
 def _integral(delta: Any) -> bool:
