@@ -5,7 +5,7 @@ agents within ``radius`` of it: it finds them on the map (``Map2D``) and adds on
 one's counter in the served environment (``Env``, through ``run.serve``); an agent told for
 the first time learns it, and records the day in the environment. Tables: ``learned`` (per
 day, who learned it, with their counter then) and, on the last day, ``heard`` (everyone's
-counter). Written against the documented Scenario API, in three ways, run side by side:
+counter). Written against the documented Scenario API, in four ways, run side by side:
 
 - ``agent``: per-agent operations, the only way before issue 32 -- the scenario asks
   ``Map2D.nearby`` once per knower, each knower sends one ``incr`` per neighbour
@@ -30,7 +30,7 @@ through the environment per second of the day, the peak memory::
 
     .venv/bin/python benchmarks/environment_scale.py --agents 100000 --days 4
     .venv/bin/python benchmarks/environment_scale.py --agents 1000000 --days 4 --backend ray \\
-        --workers 2 --ways merged,columnar
+        --workers 2 [--ways merged,columnar]
 
 ``--throughput``: key operations per second through the service (a Ray actor with
 ``--backend ray``), ``--agents`` keys: every agent adds one to its own key per round through
