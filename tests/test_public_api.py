@@ -67,6 +67,7 @@ API: dict[str, set[str]] = {
         "INTERVENTIONS", "INTERVIEWER", "INTERVIEWS", "Intervention", "InterviewError",
         "RunControl",
         "RunNotLive", "SelectionError", "checkpointed_steps", "fork", "interview",
+        "INPUTS", "check_inputs",
         "interview_run", "parse_intervention", "parse_sets", "read_interventions",
         "read_interviews", "reopen", "save_interview", "select", "where_filter",
         "written_profiles", "intervene", "Scheduled"},

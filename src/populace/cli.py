@@ -799,7 +799,7 @@ def report(
                       ] = True,
 ) -> None:
     """Write PNG figures and a self-contained report.html for a run (or sweep) directory."""
-    from populace.launch import scenario_of
+    from populace.launch import check_inputs, scenario_of
     from populace.results import RunData, write_report
 
     skipped: dict[str, str] = {}
@@ -808,6 +808,7 @@ def report(
         """An instance of the scenario that made ``run``; None when it names none or cannot
         be loaded (its file moved or broke: the generic report still comes)."""
         try:
+            check_inputs(run.path)  # its figures would read a data file changed since
             cls = scenario_of(run.path)
         except ConfigError as e:
             skipped[str(run.path)] = _line(e)

@@ -10,6 +10,7 @@ recovery from a lost worker, LLM recording and ``--replay``, the studio's live v
 from ._console import ConsoleObserver
 from ._control import RunControl, RunNotLive
 from ._estimate import PILOT_AGENTS, Estimate, ModelEstimate, estimate
+from ._inputs import INPUTS, check_inputs
 from ._interventions import (
     INTERVENTIONS,
     Intervention,
@@ -55,6 +56,7 @@ from ._watchdog import STOP_GRACE_S, Terminated, run_until_signalled
 __all__ = [
     "COMMON_OPTIONS",
     "ENTRY_POINTS",
+    "INPUTS",
     "INTERVENTIONS",
     "INTERVIEWER",
     "INTERVIEWS",
@@ -85,6 +87,7 @@ __all__ = [
     "StudioView",
     "Terminated",
     "as_numbers",
+    "check_inputs",
     "checkpointed_steps",
     "estimate",
     "fork",

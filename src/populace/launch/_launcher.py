@@ -56,6 +56,7 @@ from populace.results import (
 
 from . import _interventions
 from ._control import RunControl
+from ._inputs import check_inputs, pin_inputs
 from ._run import ObserverFailed, Run, StepAbandoned
 from ._runfile import USER_MODULE_PREFIX, RunFile, where
 from ._scenario import Scenario
@@ -124,6 +125,8 @@ async def launch(run_file: RunFile, run_dir: RunDirectory | None = None, *,
         for directory in (run_dir.path if run_dir is not None else None, replay_dir):
             if directory is not None:  # an edited one is refused before anything changes
                 _interventions.read_interventions(directory)
+        if resume and run_dir is not None:  # the data files it read, as it read them
+            check_inputs(run_dir)
         if resume and run_dir is not None:
             done = _completed(run_file, run_dir)
             if done is not None:  # nothing to play: nothing is rewritten but what is damaged
@@ -572,7 +575,10 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
     try:
         population = await _population(run_file, run_dir, replay, summary, cache)
         if run_dir is not None:
-            run_dir.write_config(run_file.resolved())
+            resolved = run_file.resolved()
+            run_dir.write_config(resolved)
+            if not resume:  # the data files it reads, for whoever reads the run again
+                pin_inputs(run_dir, resolved)
             if population is not None:
                 run_dir.write_profiles(population)
             if replay is not None and not resume:  # the replayed run's, carried out again

@@ -24,6 +24,7 @@ from populace.core import ConfigError, Simulation
 from populace.results import CheckpointError, RunDirectory, read_checkpoint
 
 from . import _interventions
+from ._inputs import INPUTS, check_inputs
 from ._launcher import _population, _restore, _served
 from ._run import Run
 from ._runfile import RunFile, parse_run_file
@@ -67,6 +68,7 @@ async def reopen(run_dir: Path, step: int | None = None) -> AsyncIterator[Run]:
     the scenario set up again and its agents and environments restored, no step played
     and nothing written to the run directory. Yields the :class:`Run`."""
     run_dir = Path(run_dir)
+    check_inputs(run_dir)  # the data files it read, as it read them
     at, state = checkpoint_at(run_dir, step)
     config = _config(run_dir)
     run_file = parse_run_file(config, run_dir / "config.yaml")
@@ -143,6 +145,7 @@ def fork(source: Path, at: int, sets: Mapping[str, Any], target: Path, *,
     if inside == whole or whole in inside.parents:  # it would write into the run it reads
         raise ConfigError(f"{target}: inside the run it forks ({source}); a fork is a run "
                           "directory of its own: give one outside it")
+    check_inputs(source)  # the fork reads the same data files, as the source read them
     checkpoint_at(source, at)  # exists and reads back: before anything is created
     src = RunDirectory(source)
     try:
@@ -163,7 +166,7 @@ def fork(source: Path, at: int, sets: Mapping[str, Any], target: Path, *,
     dst = RunDirectory.create(target)
     try:
         dst.write_config(run_file.resolved())
-        for name in ("profiles.parquet", "backgrounds.parquet"):
+        for name in ("profiles.parquet", "backgrounds.parquet", INPUTS):
             if (source / name).is_file():
                 shutil.copy2(source / name, target / name)
         (target / "checkpoints").mkdir(exist_ok=True)
