@@ -324,11 +324,13 @@ def test_each_is_the_one_key_ops_in_order(kind: str, picks: list[tuple[str, int]
 CLEAN = st.lists(st.tuples(st.lists(st.integers(0, 5), max_size=6),
                           st.sampled_from([1, 2, -3, "array"])), min_size=1, max_size=10)
 ANY = st.lists(st.tuples(st.lists(st.integers(-1, 6), max_size=5),  # -1, 6: out of range
-                         st.sampled_from([1, 2, -3, "array", 0.5])), min_size=1, max_size=10)
+                         st.sampled_from([1, 2, -3, "array", 0.5, "int8", "short", 2**70])),
+               min_size=1, max_size=10)
 
 
-@settings(max_examples=80, deadline=None)
-@given(ops=st.one_of(CLEAN, ANY), dtype=st.sampled_from(["int64", "int64", "float64"]),
+@settings(max_examples=120, deadline=None)
+@given(ops=st.one_of(CLEAN, ANY),
+       dtype=st.sampled_from(["int64", "int64", "int32", "uint64", "float64"]),
        listening=st.sampled_from([False, False, True]))
 async def test_merged_at_ops_give_what_they_give_alone(ops: list[tuple[list[int], Any]],
                                                        dtype: str, listening: bool) -> None:
@@ -345,7 +347,9 @@ async def test_merged_at_ops_give_what_they_give_alone(ops: list[tuple[list[int]
             client = EnvClient(service, merge=merge)
 
             async def one(at: list[int], by: Any, client: EnvClient = client) -> Any:
-                delta = np.arange(len(at)) + 1 if by == "array" else by
+                delta = {"array": np.arange(len(at)) + 1,  # one per position
+                         "int8": np.full(len(at), -2, dtype=np.int8),
+                         "short": np.arange(len(at) + 1)}.get(by, by)
                 try:
                     return (await client.incr_many("column", delta, at=at)).tolist()
                 except Exception as error:

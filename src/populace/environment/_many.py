@@ -246,7 +246,7 @@ def incr_at_each(env: Env, key: str, deltas: list[Any], ats: list[Any]
     home = env._home(key) if env._served is None else None
     old = home._data[key] if home is not None else None
     if (home is None or not isinstance(old, np.ndarray) or old.ndim != 1
-            or old.dtype.kind not in "iu" or home._n_listeners
+            or old.dtype.kind != "i" or home._n_listeners
             or home._tree.n_descendant_listeners
             or not all(map(_integral, deltas))):
         return _one_at_a_time(env, key, deltas, ats)
@@ -256,11 +256,14 @@ def incr_at_each(env: Env, key: str, deltas: list[Any], ats: list[Any]
     where, sizes = joined
     if where.size and (int(where.min()) < 0 or int(where.max()) >= len(old)):
         return _one_at_a_time(env, key, deltas, ats)
-    if all(type(d) is int for d in deltas):  # one number per op, the common case
-        by = np.repeat(np.array(deltas, dtype=old.dtype), sizes)
-    else:
-        by = np.concatenate([np.broadcast_to(np.asarray(d, dtype=old.dtype), (size,))
-                             for d, size in zip(deltas, sizes.tolist(), strict=True)])
+    try:
+        if all(type(d) is int for d in deltas):  # one number per op, the common case
+            by = np.repeat(np.array(deltas, dtype=old.dtype), sizes)
+        else:
+            by = np.concatenate([np.broadcast_to(np.asarray(d, dtype=old.dtype), (size,))
+                                 for d, size in zip(deltas, sizes.tolist(), strict=True)])
+    except (ValueError, TypeError, OverflowError):  # a delta of the wrong shape or size
+        return _one_at_a_time(env, key, deltas, ats)
     new = old.copy()
     np.add.at(new, where, by)
     # Each operation's result: the old value plus every delta at that position from the
@@ -324,10 +327,12 @@ def _positions(ats: list[Any]) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def _integral(delta: Any) -> bool:
+    """A Python int or an array of signed integers (what adds to a signed array as it
+    would one op at a time)."""
     if type(delta) is int:
         return True
-    kind = getattr(delta, "dtype", None)
-    return kind is not None and kind.kind in "iu"
+    dtype = getattr(delta, "dtype", None)
+    return dtype is not None and dtype.kind == "i"
 
 
 def _one_at_a_time(env: Env, key: str, deltas: list[Any], ats: list[Any]
