@@ -20,11 +20,14 @@ import re
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from chromium_page import ARTIFACTS, open_page, require
+from populace.results._compare import _branches, _expand
+from populace.results._report import _fmt
 from populace.studio import Runs, StudioServer
 
 require()
@@ -318,3 +321,19 @@ def test_a_forks_page_says_it_is_a_fork(survey: tuple[StudioServer, str], page: 
     page.wait_for_function("document.querySelector('#status').textContent == 'completed'",
                            timeout=60_000)
     assert page.inner_text("#fork-banner") == banner
+
+    # The fork beside its source: a chart per metric, and the numbers populace compare
+    # sets side by side (its branch table: step, then each metric's source and fork).
+    page.wait_for_selector("#branch-table tbody tr", timeout=30_000)
+    assert page.locator("#branch-charts .spark path.line.source").count() >= 5
+    shown = page.eval_on_selector_all(
+        "#branch-table tbody tr", "rs => rs.map(r => [...r.children].map((c, i) => i ? "
+        "c.firstChild.dataset.value : c.textContent))")
+    runs_dir = Path(snapshot(server, run_id)["run_dir"]).parent
+    [compared] = _branches(_expand([runs_dir / run_id, runs_dir / fork_id]))
+    assert [row[0] for row in compared["rows"]] == [r[0] for r in shown] == ["3"]
+    head = page.locator("#branch-table thead th").all_inner_texts()
+    assert len(head) == len(compared["head"]), (head, compared["head"])
+    for mine, theirs in zip(shown, compared["rows"], strict=True):
+        assert [_fmt(json.loads(v) if v else None) for v in mine[1:]] == theirs[1:]
+    shot(page, "24-survey-fork-branch-1280")

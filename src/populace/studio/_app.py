@@ -17,6 +17,7 @@ Endpoints (all under the security rules of ``_security``)::
                                             memory), its LLM calls, its last prompt
     GET  /api/runs/{id}/view                what its scenario declares for the panels
     GET  /api/runs/{id}/shares              its categorical metrics, step by step
+    GET  /api/runs/{id}/branch              a fork beside its source, step by step
     GET  /api/configs                       run files the studio may start
     GET  /runs/{id}/report/                 the run's report.html (and files it links)
 
@@ -56,7 +57,7 @@ from ._agents import AgentBrowser, AgentQueryError, UnknownAgent
 from ._control import add_routes
 from ._runs import Damaged, NotFound, Refused, Runs
 from ._security import Guard, _refuse, is_loopback
-from ._view import categorical_history, scenario_view, state_describer
+from ._view import branch_view, categorical_history, scenario_view, state_describer
 
 STATIC = Path(__file__).parent / "static"
 REPORT_FILES = (".html", ".png", ".svg", ".jpg", ".jpeg", ".css", ".js", ".json", ".csv")
@@ -287,6 +288,18 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
         path = runs.check(run_id)
         view, _ = await asyncio.to_thread(declared, run_id, path)
         return await asyncio.to_thread(categorical_history, path, view["categorical"])
+
+    @app.get("/api/runs/{run_id}/branch")
+    async def branch(run_id: str) -> dict[str, Any]:
+        origin = (await asyncio.to_thread(view, run_id)).forked_from
+        if not origin:
+            raise Refused(f"run {run_id} is not a fork")
+        try:
+            source = runs.check(str(origin["run"]))
+        except (NotFound, Damaged) as e:
+            raise Refused(f"its source {origin['run']} is not among the runs here") from e
+        return await asyncio.to_thread(branch_view, runs.path(run_id), source,
+                                       int(origin.get("step") or 0))
 
     @app.get("/api/configs")
     def configs() -> list[str]:

@@ -164,3 +164,41 @@ def categorical_history(run_dir: Path, names: list[str]) -> dict[str, Any]:
                     column.append(None)
         out[name] = {"steps": steps, "questions": questions}
     return out
+
+
+def _numbers(entry: Mapping[str, Any]) -> list[str]:
+    """The metrics ``populace compare`` sets side by side: numbers (not yes/no) of a step's
+    entry, its step and wall time aside."""
+    return [k for k, v in entry.items() if k not in ("step", "round", "wall_s")
+            and isinstance(v, int | float) and not isinstance(v, bool)]
+
+
+def branch_view(run_dir: Path, source_dir: Path, at: int) -> dict[str, Any]:
+    """A fork beside its source, step by step (the latest :data:`MAX_SHARE_STEPS`): the
+    metrics ``populace compare`` shows of a branch (numbers of the fork's first step), each
+    as ``{"source": [...], "branch": [...]}`` over ``steps``; a step one of them has not
+    played is None. Up to ``at`` the branch is its source's copy."""
+    from populace.results import read_summary
+
+    def entries(d: Path) -> dict[int, Mapping[str, Any]]:
+        try:
+            summary = read_summary(d)
+        except (OSError, ValueError):
+            return {}
+        found = summary.get("steps") or summary.get("rounds") or []
+        return {int(e.get("step", e.get("round", 0))): e for e in found
+                if isinstance(e, Mapping)}
+
+    mine, theirs = entries(run_dir), entries(source_dir)
+    steps = sorted(set(mine) | set(theirs))[-MAX_SHARE_STEPS:]
+    first = mine.get(min(mine)) if mine else None
+    names = _numbers(first)[:MAX_QUESTIONS] if first is not None else []
+
+    def value(e: Mapping[str, Any] | None, name: str) -> Any:
+        v = e.get(name) if e is not None else None
+        return v if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+    return {"at": at, "steps": steps,
+            "metrics": {n: {"source": [value(theirs.get(t), n) for t in steps],
+                            "branch": [value(mine.get(t), n) for t in steps]}
+                        for n in names}}

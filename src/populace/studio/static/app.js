@@ -61,6 +61,9 @@ function table(headers, rows, opts = {}) {
     }))));
 }
 
+// A long name that may break after its underscores (and nowhere else): mean_<wbr>happy.
+const breakable = (name) => String(name).split("_").flatMap((part, i, all) => (i < all.length - 1 ? [`${part}_`, h("wbr")] : [part]));
+
 function setView(...nodes) {
   const view = document.getElementById("view");
   view.replaceChildren(...nodes);
@@ -211,7 +214,8 @@ function spark(name, steps, values) {
   let at = values.length - 1;
   while (at > 0 && (values[at] === null || values[at] === undefined)) at -= 1;
   const last = at >= 0 ? values[at] : null;
-  const shown = name === "wall_s" && typeof last === "number" ? secs(last) : val(last);
+  const fmt = (x) => (name === "wall_s" && typeof x === "number" ? secs(x) : val(x));
+  const shown = fmt(last);
   const head = h("div", { class: "spark-head" }, h("span", { class: "spark-name", title: name }, name),
     h("b", { class: "spark-value" }, shown,
       at >= 0 && at < values.length - 1 && last !== null ? h("small", { class: "muted spark-at" }, ` step ${steps[at]}`) : null));
@@ -225,7 +229,7 @@ function spark(name, steps, values) {
     s("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img", "aria-label": `${name} per step` },
       s("path", { class: "line", d }),
       pts.length === 1 ? s("circle", { class: "dot", cx: x(pts[0][0]), cy: y(pts[0][1]), r: 2.5 }) : null),
-    h("div", { class: "muted spark-range" }, `${val(ymin)} … ${val(ymax)} · steps ${xmin}–${xmax}`));
+    h("div", { class: "muted spark-range" }, `${fmt(ymin)} … ${fmt(ymax)} · steps ${xmin}–${xmax}`));
 }
 
 function runView(id) {
@@ -252,6 +256,7 @@ function runView(id) {
   const interviews = interviewPanel(id);
   const interventions = intervenePanel(id, (m) => { marks = m; if (lastSeries) renderMetrics(lastSeries); });
   const shares = sharesPanel(id);
+  const branch = branchPanel(id);
   setView(
     h("section", { class: "card" },
       h("div", { class: "row" }, el.title, el.status, h("span", { class: "spacer" }), el.links, el.report, el.stop),
@@ -262,6 +267,7 @@ function runView(id) {
       box("states", "Agents by state"),
       box("answers", "Answers this step", el.answersCaption)),
     box("metrics", "Metrics per step"),
+    branch.node,
     h("div", { class: "grid", id: "manage" }, interviews.node, interventions.node),
     shares.node,
     box("distributions", "Distributions"),
@@ -323,7 +329,7 @@ function runView(id) {
     renderAnswers(snap.answers || {}, snap.live);
     renderMetrics(snap.series || {});
     renderDistributions(snap.distributions || {});
-    for (const panel of [interviews, interventions, fork, shares]) panel.update(snap);
+    for (const panel of [interviews, interventions, fork, shares, branch]) panel.update(snap);
     renderLLM(snap.llm || {});
     renderWorkers(snap);
     const env = Object.entries(snap.environment || {});
@@ -374,7 +380,7 @@ function runView(id) {
     el.metrics.replaceChildren(
       h("div", { class: "sparks", id: "metric-charts" }, metrics.map(([k, v]) => spark(k, steps, v))),
       series.omitted ? h("p", { class: "muted" }, `${series.omitted} more metrics not shown`) : "",
-      h("div", { class: "steps-table" }, table(["step", ...metrics.map(([k]) => k), ""], rows,
+      h("div", { class: "steps-table" }, table(["step", ...metrics.map(([k]) => breakable(k)), ""], rows,
         { id: "metrics-table", numeric: metrics.map((_, i) => i + 1) })));
   }
 
@@ -916,6 +922,60 @@ function sharesPanel(id) {
     },
   };
   return panel;
+}
+
+// A fork beside its source from the fork point: per metric a chart of both (the metrics
+// `populace compare` sets side by side, from both summaries) and the table compare writes.
+function branchPanel(id) {
+  const body = h("div", { id: "branch" });
+  const node = h("section", { class: "card", id: "branch-card", hidden: true },
+    h("h3", null, "This fork beside its source"), body);
+  let stepsDone = null, origin = null;
+  function chart(name, steps, m, at) {
+    const W = 260, H = 70, pad = 4;
+    const all = [...m.source, ...m.branch].filter((v) => typeof v === "number");
+    if (!all.length) return null;
+    const ymin = Math.min(...all), ymax = Math.max(...all), xmin = steps[0], xmax = steps[steps.length - 1];
+    const x = (t) => pad + ((t - xmin) / (xmax - xmin || 1)) * (W - 2 * pad);
+    const y = (v) => H - pad - ((v - ymin) / (ymax - ymin || 1)) * (H - 2 * pad);
+    const path = (vals, from) => vals.map((v, i) => [steps[i], v]).filter(([t, v]) => typeof v === "number" && t >= from)
+      .map(([t, v], i) => `${i ? "L" : "M"}${x(t).toFixed(1)},${y(v).toFixed(1)}`).join(" ");
+    const last = (vals) => { for (let i = vals.length - 1; i >= 0; i -= 1) if (typeof vals[i] === "number") return vals[i]; return null; };
+    return h("div", { class: "spark", "data-metric": name },
+      h("div", { class: "spark-head" }, h("span", { class: "spark-name", title: name }, name),
+        h("span", { class: "branch-values" }, h("span", { class: "muted" }, `${val(last(m.source))} → `), h("b", null, val(last(m.branch))))),
+      s("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img", "aria-label": `${name}: the fork and its source` },
+        s("line", { class: "fork-at", x1: x(at), x2: x(at), y1: 0, y2: H }),
+        s("path", { class: "line source", d: path(m.source, xmin) }),
+        s("path", { class: "line", d: path(m.branch, at) })));
+  }
+  async function load() {
+    let b;
+    try {
+      b = await api(`/api/runs/${enc(id)}/branch`);
+    } catch (e) {
+      body.replaceChildren(h("p", { class: "error" }, e.message));
+      return;
+    }
+    const names = Object.keys(b.metrics);
+    const after = b.steps.map((t, i) => [t, i]).filter(([t]) => t > b.at);
+    body.replaceChildren(
+      h("p", { class: "muted" }, `Its source (grey) and the fork (blue) from step ${b.at}, where they part; the same numbers as populace compare.`),
+      h("div", { class: "sparks", id: "branch-charts" }, names.map((n) => chart(n, b.steps, b.metrics[n], b.at))),
+      !after.length ? h("p", { class: "muted" }, "The fork has played no step of its own yet.")
+        : h("div", { class: "steps-table" }, table(["step", ...names.flatMap((n) => [[...breakable(n), " (source)"], [...breakable(n), " (fork)"]])],
+          after.map(([t, i]) => ({ cells: [t, ...names.flatMap((n) => [b.metrics[n].source[i], b.metrics[n].branch[i]]
+            .map((v) => h("span", { "data-value": v ?? "" }, val(v))))] })),
+          { id: "branch-table", numeric: names.flatMap((_, k) => [2 * k + 1, 2 * k + 2]) })));
+  }
+  return {
+    node,
+    update(snap) {
+      origin = snap.forked_from;
+      node.hidden = !origin;
+      if (origin && snap.steps_done !== stepsDone) { stepsDone = snap.steps_done; load(); }
+    },
+  };
 }
 
 // Fork: the steps table's "Fork" opens this form for its step; it starts a new live run.

@@ -1,0 +1,139 @@
+"""Every scenario's page reads as well as the game's (issue 29's acceptance), in real Chromium
+at 1280×800 and 1920×1080: the game, the survey, the social network and the opinions
+example, each a small finished run. On each page no control lies outside its card (nor its
+scroller), no card is wider than itself, no text of the game appears unless the run is the
+game, and every metric card headlines a value whenever a step reported one. Screenshots
+go to ``test-artifacts/studio/30-SCENARIO-WIDTH.png`` (and ``31-…`` for an agent's page).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chromium_page import ARTIFACTS, open_page, require
+from populace.launch import launch, load_run_file
+from populace.results import RunDirectory
+from populace.studio import Runs, StudioServer
+
+require()
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+GAME_TEXT = ("choose your number", "profession", "artist", "winning number", "game.ratio",
+             "Round 2")
+SIZES = [(1280, 800), (1920, 1080)]
+
+GAME = """\
+name: game
+agents: 300
+rounds: 3
+workers: 2
+seed: 7
+population:
+  aspects:
+    profession: {values: [economist, artist, writer]}
+"""
+
+# name → (run file, overrides)
+RUNS = {
+    "game": (None, {}),
+    "survey": (EXAMPLES / "survey" / "gss5-dummy.yaml", {}),
+    "social": (EXAMPLES / "social" / "small.yaml", {"steps": 4}),
+    "opinions": (EXAMPLES / "opinions" / "opinions.yaml", {"agents": 500, "steps": 4}),
+}
+
+
+@pytest.fixture(scope="module")
+def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StudioServer]:
+    root = tmp_path_factory.mktemp("scenarios")
+    (root / "game.yaml").write_text(GAME)
+    for name, (path, overrides) in RUNS.items():
+        run = load_run_file(path or root / "game.yaml", dict(overrides))
+        asyncio.run(launch(run, RunDirectory.create(root / "runs" / name),
+                           cache=root / "cache"))
+    runs = Runs(root / "runs", roots=[root])
+    server = StudioServer(runs, port=0, interval=0.25)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
+def page(request: pytest.FixtureRequest) -> Iterator[Any]:
+    width, height = request.param
+    with open_page(width) as pg:
+        pg.set_viewport_size({"width": width, "height": height})
+        pg.width = width
+        yield pg
+        assert pg.problems == []
+
+
+OUTSIDE = """() => {
+  // Controls (and the ⚑ markers) as shown: inside their card and their nearest scroller.
+  const out = [];
+  const scroller = (e) => { for (let p = e.parentElement; p; p = p.parentElement) {
+      const o = getComputedStyle(p).overflowX;
+      if (o === 'auto' || o === 'scroll' || o === 'hidden') return p; } return null; };
+  for (const e of document.querySelectorAll('.card button, .card a, .card input, .card select,'
+                                            + '.card textarea, .card .marker')) {
+    if (!e.getClientRects().length) continue;  // hidden
+    const r = e.getBoundingClientRect(), card = e.closest('.card').getBoundingClientRect();
+    const s = scroller(e), box = s ? s.getBoundingClientRect() : card;
+    if (r.left < Math.max(card.left, box.left) - 1 || r.right > Math.min(card.right, box.right) + 1)
+      out.push((e.id || e.className || e.tagName) + ' ' + e.textContent.slice(0, 20));
+  }
+  const wide = [...document.querySelectorAll('.card')]
+    .filter(c => c.scrollWidth > c.clientWidth + 1).map(c => c.id || c.className);
+  return {outside: out, wide, page: document.documentElement.scrollWidth};
+}"""
+
+
+def check_layout(page: Any) -> None:
+    found = page.evaluate(OUTSIDE)
+    assert found["outside"] == [] and found["wide"] == [], found
+    assert found["page"] <= page.width, found
+
+
+def game_text(page: Any) -> list[str]:
+    shown = page.evaluate("""() => document.body.innerText + '\\n' +
+      [...document.querySelectorAll('input, textarea')].map(e => e.placeholder).join('\\n')""")
+    return [t for t in GAME_TEXT if t.lower() in shown.lower()]
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_a_scenarios_pages(studio: StudioServer, page: Any, name: str) -> None:
+    page.goto(f"{studio.url}#/run/{name}")
+    page.wait_for_function("document.querySelectorAll('#metrics-table tbody tr').length > 0",
+                           timeout=30_000)
+    page.wait_for_function("document.querySelector('#updates').dataset.n > 0")
+    page.wait_for_timeout(500)  # what the page reads once: the scenario's view, the shares
+    check_layout(page)
+    found = game_text(page)
+    if name == "game":
+        assert "choose your number" in found, found  # the game's own examples
+    else:
+        assert found == [], found
+    # Every metric card headlines a value when a step reported one.
+    with urllib.request.urlopen(f"{studio.url.rstrip('/')}/api/runs/{name}") as r:
+        series = json.load(r)["series"]["metrics"]
+    cards = dict(page.eval_on_selector_all(
+        "#metric-charts .spark", "ss => ss.map(s => [s.dataset.metric, "
+        "s.querySelector('.spark-value').textContent.trim()])"))
+    assert set(cards) == set(series), (cards, series)
+    blank = [k for k, v in cards.items() if v == "–" and any(x is not None for x in series[k])]
+    assert blank == [], (blank, cards)
+    page.screenshot(path=str(ARTIFACTS / f"30-{name}-{page.width}.png"), full_page=True)
+
+    # An agent's page: the same rules.
+    page.goto(f"{studio.url}#/run/{name}/agent/1")
+    page.wait_for_selector("#mind-source", timeout=30_000)
+    page.wait_for_timeout(300)
+    check_layout(page)
+    found = game_text(page)
+    assert found == [] if name != "game" else "choose your number" in found, found
+    page.screenshot(path=str(ARTIFACTS / f"31-{name}-agent-{page.width}.png"), full_page=True)
