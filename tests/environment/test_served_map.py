@@ -86,3 +86,22 @@ async def test_a_served_map_answers_as_the_map_does(backend: str) -> None:
                 await within(town.position(7))
         finally:
             await town.aclose()
+
+
+async def test_nearby_calls_of_one_tick_travel_together() -> None:
+    rng = np.random.default_rng(5)
+    plane = Map2D(50.0, 50.0, cell_size=5.0)
+    plane.place_many(np.arange(300), rng.uniform(0, 50, 300), rng.uniform(0, 50, 300))
+    town = await serve(plane)
+    calls: list[str] = []
+    call = town._handle.call
+    town._handle.call = lambda *a: (calls.append(a[1]), call(*a))[1]  # type: ignore[method-assign]
+    asks = [((float(x), float(y)), r, e) for (x, y), r, e in zip(
+        rng.uniform(0, 50, (40, 2)), [3.0, 6.0] * 20, [None, 7] * 20, strict=True)]
+    got = await asyncio.gather(*(town.nearby(p, r, exclude=e) for p, r, e in asks))
+    assert [g.tolist() for g in got] == [plane.nearby(p, r, exclude=e).tolist()
+                                         for p, r, e in asks]
+    assert calls == ["nearby_ranked", "nearby_ranked"]  # one per radius, not one per call
+    with pytest.raises(ValueError, match="finite"):  # a bad point fails alone, at once
+        await town.nearby((float("nan"), 1.0), 3.0)
+    await town.aclose()

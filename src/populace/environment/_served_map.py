@@ -6,17 +6,28 @@ an actor of its own. Either way it returns a :class:`MapService` whose methods a
 map's, as coroutines, so the same code runs on both backends and the proxy pickles to
 every worker.
 
-Each call is one message to the map's process: ask it for many points at once
-(``nearby_many``, ``k_nearest_many``) and move many ids at once (``move_many``). Watches
-(``Map2D.watch``) stay with a local map: their listeners would run in the map's process.
+Each call is one message to the map's process, with one exception: the ``nearby`` calls
+that a worker's agents make in one loop tick travel together, as one ``nearby_many`` per
+radius (each answer as ``Map2D.nearby`` gives it: nearest first, then by id), so agents
+asking one by one cost about what one query for all of them does. Ask for many points at
+once yourself where you can (``nearby_many``, ``k_nearest_many``), and move many ids at
+once (``move_many``). Watches (``Map2D.watch``) stay with a local map: their listeners
+would run in the map's process.
 """
 
 from __future__ import annotations
 
+import asyncio
+import copy
+import functools
+import math
 from typing import Any
 
-from populace.core import LocalBackend, ServiceHandle
+import numpy as np
 
+from populace.core import LocalBackend, ServiceHandle, Signal
+
+from ._errors import ServiceClosed
 from ._map import IdArray, Map2D, MapStats, Rows
 
 
@@ -37,9 +48,38 @@ class _MapHost:
             return self.map.set_state(*args)
         if method == "fetch_statistics":
             return self.map.statistics()
+        if method == "nearby_ranked":
+            return self.nearby_ranked(*args)
         if method not in _VERBS:
             raise AttributeError(f"a served map has no method {method!r}")
         return getattr(self.map, method)(*args, **kwargs)
+
+
+    def nearby_ranked(self, points: Any, radius: float, exclude: Any) -> Any:
+        """``nearby_many`` with each row as ``nearby`` orders it: nearest first, then id."""
+        indptr, ids = self.map.nearby_many(points, radius, exclude=exclude)
+        if ids.size:
+            pts = np.asarray(points, dtype=np.float64)
+            rows = np.repeat(np.arange(len(pts)), np.diff(indptr))
+            xs, ys = self.map.positions(ids)
+            d2 = (xs - pts[rows, 0]) ** 2 + (ys - pts[rows, 1]) ** 2
+            ids = ids[np.lexsort((ids, d2, rows))]
+        return indptr, ids
+
+
+class _Asks:
+    """The ``nearby`` calls of one tick, answered together."""
+
+    __slots__ = ("error", "exclude", "left", "points", "radii", "rows", "signal")
+
+    def __init__(self, signal: Signal) -> None:
+        self.points: list[tuple[float, float]] = []
+        self.radii: list[float] = []
+        self.exclude: list[int] = []
+        self.rows: list[Any] = []
+        self.error: BaseException | None = None
+        self.signal = signal
+        self.left = 0
 
 
 #: Map2D's methods that a served map runs for its callers.
@@ -62,6 +102,7 @@ class MapService:
         self.width = width
         self.height = height
         self.cell_size = cell_size
+        self._asks: _Asks | None = None  # this tick's nearby calls (never pickled)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (MapService, (self._handle, self.width, self.height, self.cell_size))
@@ -109,8 +150,58 @@ class MapService:
 
     async def nearby(self, pos: tuple[float, float], radius: float, *,
                      exclude: int | None = None) -> IdArray:
-        out: IdArray = await self._call("nearby", pos, radius, exclude=exclude)
+        """:meth:`Map2D.nearby`; the calls of one tick travel together (see above)."""
+        x, y = float(pos[0]), float(pos[1])
+        if not (math.isfinite(x) and math.isfinite(y)):
+            raise ValueError(f"query position must be finite, got ({x}, {y})")
+        if not radius >= 0:
+            raise ValueError(f"radius must be >= 0, got {radius}")
+        asks = self._asks or self._open()
+        i = len(asks.points)
+        asks.points.append((x, y))
+        asks.radii.append(float(radius))
+        asks.exclude.append(-1 if exclude is None else int(exclude))  # -1: nobody's id
+        await asks.signal
+        if asks.error is not None:
+            raise copy.copy(asks.error)
+        out: IdArray = asks.rows[i]
         return out
+
+    def _open(self) -> _Asks:
+        loop = asyncio.get_running_loop()
+        asks = self._asks = _Asks(Signal(loop))
+        loop.call_soon(self._send, asks)
+        return asks
+
+    def _send(self, asks: _Asks) -> None:
+        from ._remote import _as_closed
+
+        if self._asks is asks:
+            self._asks = None
+        asks.rows = [None] * len(asks.points)
+        radii = np.array(asks.radii)
+        groups = [np.flatnonzero(radii == r) for r in np.unique(radii)]
+        asks.left = len(groups)
+        points = np.array(asks.points, dtype=np.float64)
+        exclude = np.array(asks.exclude, dtype=np.int64)
+
+        def done(which: Any, future: asyncio.Future[Any]) -> None:
+            error = (ServiceClosed("the map call was cancelled") if future.cancelled()
+                     else future.exception())
+            if error is not None:
+                asks.error = asks.error or _as_closed(error)
+            else:
+                indptr, ids = future.result()
+                for k, i in enumerate(which.tolist()):
+                    asks.rows[i] = ids[indptr[k]:indptr[k + 1]]
+            asks.left -= 1
+            if not asks.left:
+                asks.signal.fire()
+
+        for which in groups:
+            call = self._handle.call("call", "nearby_ranked",
+                                     (points[which], float(radii[which[0]]), exclude[which]), {})
+            call.add_done_callback(functools.partial(done, which))
 
     async def k_nearest(self, pos: tuple[float, float], k: int, *,
                         exclude: int | None = None) -> IdArray:
