@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -481,12 +481,19 @@ def _cell(value: Any) -> str | None:
     return text or None
 
 
-def read_reference(path: str | Path) -> pa.Table:
+def read_reference(path: str | Path, *, questions: Mapping[str, Any] | None = None,
+                   aspects: Mapping[str, Sequence[str] | None] | None = None) -> pa.Table:
     """Reference shares from a CSV or Parquet file with columns ``question, option, share``
     and optionally ``aspect, value`` (shares among respondents with that profile value):
     a table ``question, option, share, aspect, value`` (aspect and value null for overall
     shares). Each problem is a :class:`~populace.core.ConfigError` of one line naming the
     file, the row (CSV: its line, the header being line 1) and the column.
+
+    Given the run's ``questions`` (id → question) and profile ``aspects`` (name → its
+    values, None when any value goes), each row is checked against them too — a question
+    the questionnaire lacks or whose answers are not one option each, an option it lacks,
+    an aspect the profiles lack, a value the aspect does not take — so a run refuses before
+    its first step what its report would fail on.
 
     >>> read_reference("gss_2022.csv").num_rows                      # doctest: +SKIP
     42
@@ -528,6 +535,16 @@ def read_reference(path: str | Path) -> pa.Table:
             lacking = "value" if value is None else "aspect"
             raise ConfigError(f"{here} {lacking!r}: empty, but {'aspect' if aspect else 'value'}"
                               f" is {aspect or value!r}: give both or neither")
+        if questions is not None and q is not None and option is not None:
+            _against_questions(here, q, option, questions)
+        if aspects is not None and aspect is not None:
+            if aspect not in aspects:
+                raise ConfigError(f"{here} 'aspect': {aspect!r} is not a profile column of the "
+                                  f"run (have: {', '.join(sorted(aspects)) or 'none'})")
+            values = aspects[aspect]
+            if values is not None and value not in values:
+                raise ConfigError(f"{here} 'value': {value!r} is not a value of {aspect} "
+                                  f"(values: {', '.join(values)})")
         key = (q, option, aspect, value)
         if key in seen:
             raise ConfigError(f"{here} 'option': {option!r} of question {q!r} given again "
@@ -546,6 +563,19 @@ def read_reference(path: str | Path) -> pa.Table:
             raise ConfigError(f"{path}: {_where(unit, ats)}, column 'share': the shares of "
                               f"question {q!r}{among} sum to {total:.4g}, expected 1 ± 0.01")
     return _table(out, _REFERENCE)
+
+
+def _against_questions(here: str, q: str, option: str, questions: Mapping[str, Any]) -> None:
+    x = questions.get(q)
+    if x is None:
+        raise ConfigError(f"{here} 'question': {q!r} is not a question of the questionnaire "
+                          f"(have: {', '.join(questions)})")
+    if x.type not in ("single_choice", "likert") and not x.coded:
+        raise ConfigError(f"{here} 'question': {q!r} is {x.type}: only single-choice, likert "
+                          "and coded open questions have reference shares")
+    if option not in x.options:
+        raise ConfigError(f"{here} 'option': {option!r} is not an option of {q!r} "
+                          f"(options: {', '.join(x.options)})")
 
 
 def compare_reference(answers: pa.Table, profiles: pa.Table,

@@ -224,20 +224,18 @@ class Survey(Scenario):
             from ._analysis import read_reference
 
             reference = (path.parent / settings["reference"]).resolve()
-            ref = read_reference(reference)
-            known = {q.id: q for q in questionnaire.questions}
-            for row in ref.select(["question", "option"]).to_pylist():
-                q = known.get(row["question"])
-                if q is None:
-                    raise ConfigError(f"{reference}: question {row['question']!r} is not in "
-                                      f"the questionnaire")
-                if q.type not in CHOICE and not q.coded:
-                    raise ConfigError(f"{reference}: question {q.id!r} is {q.type}: only "
-                                      "single-choice, likert and coded open questions have "
-                                      "reference shares")
-                if row["option"] not in q.options:
-                    raise ConfigError(f"{reference}: question {q.id!r}: {row['option']!r} is "
-                                      f"not one of its options ({', '.join(q.options)})")
+            # every row against the questionnaire and the profiles, before step 1 (the
+            # report would fail on it, naming no file)
+            columns: dict[str, Sequence[str] | None] = {"group": None, "model": None}
+            for name, aspect in (people.aspects if people is not None else {}).items():
+                columns[name] = None if aspect.kind == "numeric" or people is None \
+                    else people.values(name)
+            arms = (settings.get("treatments") or {}).get("arms") \
+                if isinstance(settings.get("treatments"), dict) else None
+            if arms:
+                columns["arm"] = [str(a) for a in arms]
+            read_reference(reference, aspects=columns,
+                           questions={q.id: q for q in questionnaire.questions})
         return SurveyConfig(questionnaire, model, where, reference)
 
     @classmethod
