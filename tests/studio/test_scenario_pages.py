@@ -4,6 +4,7 @@ example, each a small finished run. On each page no control lies outside its car
 scroller), no card is wider than itself, no text of the game appears unless the run is the
 game, and every metric card headlines a value whenever a step reported one. Screenshots
 go to ``test-artifacts/studio/30-SCENARIO-WIDTH.png`` (and ``31-…`` for an agent's page).
+The tables shown download whole: a search of agents as CSV and Parquet, the steps as CSV.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pq
 import pytest
 
 from chromium_page import ARTIFACTS, open_page, require
 from populace.launch import launch, load_run_file
-from populace.results import RunDirectory
+from populace.results import RunDirectory, read_summary, read_table
 from populace.studio import Runs, StudioServer
 
 require()
@@ -99,6 +103,11 @@ def check_layout(page: Any) -> None:
     assert found["page"] <= page.width, found
 
 
+def run_dir(studio: StudioServer, name: str) -> Path:
+    with urllib.request.urlopen(f"{studio.url.rstrip('/')}/api/runs/{name}") as r:
+        return Path(json.load(r)["run_dir"])
+
+
 def game_text(page: Any) -> list[str]:
     shown = page.evaluate("""() => document.body.innerText + '\\n' +
       [...document.querySelectorAll('input, textarea')].map(e => e.placeholder).join('\\n')""")
@@ -137,3 +146,47 @@ def test_a_scenarios_pages(studio: StudioServer, page: Any, name: str) -> None:
     found = game_text(page)
     assert found == [] if name != "game" else "choose your number" in found, found
     page.screenshot(path=str(ARTIFACTS / f"31-{name}-agent-{page.width}.png"), full_page=True)
+
+
+def test_tables_download_as_csv_and_parquet(studio: StudioServer, page: Any,
+                                            tmp_path: Path) -> None:
+    # The agents of a search, whole (not the page of 50 shown), as CSV and as Parquet; the
+    # steps table as CSV.
+    page.goto(f"{studio.url}#/run/survey/agents")
+    page.wait_for_selector("#agents-table")
+    page.select_option("#f-table", "answers")
+    page.wait_for_function("document.querySelector('#agents-table-note').textContent"
+                           ".includes('answers')")
+    page.select_option("#f-attr", "question")
+    page.select_option("#f-value", "happy")
+    page.click("#agents-form button[type=submit]")
+    page.wait_for_function("document.querySelector('#agents-total').textContent"
+                           ".startsWith('100 agents')")
+    files = {}
+    for kind in ("csv", "parquet"):
+        with page.expect_download() as info:
+            page.click(f"#export-{kind}")
+        files[kind] = tmp_path / info.value.suggested_filename
+        info.value.save_as(files[kind])
+    assert files["csv"].name == "survey-answers-step1.csv", files
+    answers = read_table(run_dir(studio, "survey"), "answers")
+    happy = answers.filter(pc.and_(pc.equal(answers["step"], 1),
+                                   pc.equal(answers["question"], "happy")))
+    parquet = pq.read_table(files["parquet"])
+    csv = pa_csv.read_csv(files["csv"])
+    assert parquet.num_rows == csv.num_rows == happy.num_rows == 100
+    assert parquet.column("agent_id").to_pylist() == happy.column("agent_id").to_pylist()
+    assert parquet.column("answer").to_pylist() == happy.column("answer").to_pylist()
+    assert csv.column("answer").to_pylist() == happy.column("answer").to_pylist()
+
+    page.goto(f"{studio.url}#/run/survey")
+    page.wait_for_selector("#metrics-csv")
+    with page.expect_download() as info:
+        page.click("#metrics-csv")
+    path = tmp_path / "steps.csv"
+    info.value.save_as(path)
+    steps = pa_csv.read_csv(path)
+    summary = read_summary(run_dir(studio, "survey"))
+    assert steps.column("step").to_pylist() == [e["step"] for e in summary["steps"]]
+    assert steps.column("valid_share").to_pylist() == [e["valid_share"]
+                                                       for e in summary["steps"]]

@@ -179,6 +179,21 @@ class AgentBrowser:
             raise AgentQueryError(f"size: {size} (expected 1 to {MAX_PAGE} rows per page)")
         if page < 0:
             raise AgentQueryError(f"page: {page} (expected 0 or more; the first page is 0)")
+        chosen, rows = self.matching(run, table=table, step=step, agent_id=agent_id,
+                                     group=group, attribute=attribute, value=value)
+        total = rows.num_rows
+        shown = rows.slice(page * size, size)
+        data = [[_cell(v) for v in row.values()] for row in shown.to_pylist()]
+        return {"table": chosen["name"], "step": chosen.get("step"), "total": total,
+                "page": page, "size": size, "pages": max(1, -(-total // size)),
+                "columns": shown.column_names, "rows": data}
+
+    def matching(self, run: Path, *, table: str | None = None, step: int | None = None,
+                 agent_id: int | None = None, group: int | None = None,
+                 attribute: str | None = None, value: str | None = None
+                 ) -> tuple[dict[str, Any], pa.Table]:
+        """(the table's entry, all its rows at ``step`` matching every filter given): what
+        a search pages through, and what an export writes whole."""
         chosen, _, rows = self._pick(run, table, step)
         mask = None
 
@@ -197,12 +212,7 @@ class AgentBrowser:
                 mask = both(_match(rows.column(attribute), attribute, str(value)))
         if mask is not None:
             rows = rows.filter(pc.fill_null(mask, False))
-        total = rows.num_rows
-        shown = rows.slice(page * size, size)
-        data = [[_cell(v) for v in row.values()] for row in shown.to_pylist()]
-        return {"table": chosen["name"], "step": chosen.get("step"), "total": total,
-                "page": page, "size": size, "pages": max(1, -(-total // size)),
-                "columns": shown.column_names, "rows": data}
+        return chosen, rows
 
     def agent(self, run: Path, agent_id: int, *,
               metrics: Mapping[int, Mapping[str, Any]] | None = None) -> dict[str, Any]:

@@ -10,6 +10,7 @@ Endpoints (all under the security rules of ``_security``)::
     POST /api/runs/{id}/stop                ask a live run to stop
     GET  /api/runs/{id}/columns             the tables of agents; one's filterable columns
     GET  /api/runs/{id}/agents              one page of matching rows of one table
+    GET  /api/runs/{id}/export?format=csv   all matching rows of one table (csv, parquet)
     GET  /api/runs/{id}/agents/{agent_id}   one agent: profile, background, rows per step
     GET  /api/runs/{id}/agents/{agent_id}/mind?step=K
                                             one agent's mind: its state (at checkpoint K,
@@ -34,6 +35,7 @@ never a traceback.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import logging
 import time
@@ -41,9 +43,12 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pq
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException
@@ -234,6 +239,24 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
                              group=group, attribute=attribute, value=value, page=page,
                              size=size)
 
+    @app.get("/api/runs/{run_id}/export")
+    async def export(run_id: str, table: str | None = None, step: int | None = None,
+                     agent_id: int | None = None, group: int | None = None,
+                     attribute: str | None = None, value: str | None = None,
+                     format: str = "csv") -> Response:
+        if format not in ("csv", "parquet"):
+            raise Refused(f"format: {format[:20]!r} (expected csv or parquet)")
+        path = runs.check(run_id)
+        chosen, rows = await asyncio.to_thread(
+            agents.matching, path, table=table, step=step, agent_id=agent_id, group=group,
+            attribute=attribute, value=value)
+        data = await asyncio.to_thread(_encode, rows, format)
+        at = f"-step{chosen['step']}" if chosen.get("step") is not None else ""
+        name = f"{run_id}-{chosen['name']}{at}.{format}"
+        return Response(data, media_type="text/csv" if format == "csv"
+                        else "application/vnd.apache.parquet",
+                        headers={"Content-Disposition": f'attachment; filename="{name}"'})
+
     @app.get("/api/runs/{run_id}/agents/{agent_id}")
     def agent(run_id: str, agent_id: int) -> dict[str, Any]:
         series = view(run_id).series
@@ -308,6 +331,16 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
     add_routes(app, runs, _body, _one_line)  # interviews, interventions, forks
 
     return Guard(app, token=token, loopback=loopback)
+
+
+def _encode(rows: pa.Table, format: str) -> bytes:
+    """``rows`` as a CSV or Parquet file."""
+    sink = io.BytesIO()
+    if format == "csv":
+        pa_csv.write_csv(rows, sink)
+    else:
+        pq.write_table(rows, sink)
+    return sink.getvalue()
 
 
 def _one_line(errors: Sequence[Any]) -> str:

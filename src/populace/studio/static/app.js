@@ -377,7 +377,15 @@ function runView(id) {
     }
     const rows = steps.map((t, i) => ({ cells: [t, ...metrics.map(([k, v]) => (k === "wall_s" ? secs(v[i]) : val(v[i]))),
       stepCell(t, marks, fork)] }));
+    const csv = () => {
+      const cell = (x) => (x === null || x === undefined ? "" : /[",\n]/.test(String(x)) ? `"${String(x).replace(/"/g, '""')}"` : String(x));
+      const lines = [["step", ...metrics.map(([k]) => k)], ...steps.map((t, i) => [t, ...metrics.map(([, v]) => v[i])])];
+      return URL.createObjectURL(new Blob([lines.map((l) => l.map(cell).join(",")).join("\n") + "\n"], { type: "text/csv" }));
+    };
+    const exportLink = h("a", { href: "#", id: "metrics-csv", download: `${id}-steps.csv` }, "Download CSV");
+    exportLink.addEventListener("click", () => { exportLink.href = csv(); });
     el.metrics.replaceChildren(
+      h("div", { class: "row metrics-tools" }, h("span", { class: "spacer" }), exportLink),
       h("div", { class: "sparks", id: "metric-charts" }, metrics.map(([k, v]) => spark(k, steps, v))),
       series.omitted ? h("p", { class: "muted" }, `${series.omitted} more metrics not shown`) : "",
       h("div", { class: "steps-table" }, table(["step", ...metrics.map(([k]) => breakable(k)), ""], rows,
@@ -553,8 +561,16 @@ async function agentsView(id, params) {
       const prev = h("button", { class: "plain", disabled: r.page === 0, onclick: () => { page -= 1; search(); } }, "‹ previous");
       const next = h("button", { class: "plain", disabled: r.page + 1 >= r.pages, onclick: () => { page += 1; search(); } }, "next ›");
       const idIndex = r.columns.indexOf("agent_id");
+      // The same filter, every matching row, as a file (made on the server).
+      const all = new URLSearchParams(params);
+      all.delete("page");
+      all.delete("size");
+      const download = (format) => { all.set("format", format); return `/api/runs/${enc(id)}/export?${all}`; };
       results.replaceChildren(
-        h("p", { class: "muted", id: "agents-total" }, `${num(r.total)} agents match`),
+        h("div", { class: "row" }, h("p", { class: "muted", id: "agents-total" }, `${num(r.total)} agents match`),
+          h("span", { class: "spacer" }), h("span", { class: "muted" }, "download all of them:"),
+          h("a", { href: download("csv"), id: "export-csv", download: "" }, "CSV"),
+          h("a", { href: download("parquet"), id: "export-parquet", download: "" }, "Parquet")),
         table(r.columns, r.rows.map((row) => ({
           cells: row.map((v, i) => (i === idIndex ? h("a", { href: `#/run/${enc(id)}/agent/${v}` }, String(v)) : v === null ? "–" : val(v))),
           onclick: () => { location.hash = `#/run/${enc(id)}/agent/${row[idIndex]}`; },
