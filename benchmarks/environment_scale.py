@@ -44,7 +44,8 @@ and to every element of an array key with one ``incr_many(..., at=)``::
 
 ``--nearby``: ``Map2D`` alone, ``--agents`` positions at ``--density``: every position's
 neighbours within ``--radius`` at once (asked by ids, and by points), a tenth of them, one
-point at a time, and ``k_nearest_many``, each the best of 3::
+point at a time, and ``k_nearest_many``, each the best of 3; then up to 100,000 agents
+(on ``--backend``) each asking a served map ``nearby`` for themselves::
 
     .venv/bin/python benchmarks/environment_scale.py --nearby --agents 1000000
 """
@@ -60,7 +61,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -312,6 +313,39 @@ async def throughput(args: argparse.Namespace) -> None:
         assert column.tolist() == [2 * 4 + 3] * 2, column  # the same, at= per agent
 
 
+class Looker(Agent):
+    __slots__ = ("town", "x", "y")
+
+    def __init__(self, id: int, profile: Profile | None = None, *, town: Any,
+                 xs: np.ndarray, ys: np.ndarray) -> None:
+        super().__init__(id, profile)
+        self.town = town
+        self.x, self.y = float(xs[id]), float(ys[id])
+
+    async def look(self, radius: float) -> int:
+        return len(await self.town.nearby((self.x, self.y), radius, exclude=self.id))
+
+
+async def served_nearby(plane: Map2D, xs: np.ndarray, ys: np.ndarray,
+                        args: argparse.Namespace) -> None:
+    """Agents each asking a served map (their calls of a tick travel together)."""
+    n = min(args.agents, 100_000)
+    async with Simulation(workers=args.workers, backend=args.backend) as sim:
+        town = await serve(plane, sim)
+        people = await sim.create(Looker, n, init={"town": town, "xs": xs[:n], "ys": ys[:n]})
+        await people.map(Looker.look, args.radius)
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            found = await people.map(Looker.look, args.radius)
+            best = min(best, time.perf_counter() - t0)
+        await town.aclose()
+    print(json.dumps({"nearby": "agents, each nearby() on a served map", "backend": args.backend,
+                      "workers": args.workers, "positions": args.agents, "asked": n,
+                      "found": sum(found), "s": round(best, 3), "per_s": round(n / best)}),
+          flush=True)
+
+
 def nearby(args: argparse.Namespace) -> None:
     n, r = args.agents, args.radius
     side = float(np.sqrt(n / args.density))
@@ -352,6 +386,7 @@ def nearby(args: argparse.Namespace) -> None:
         print(json.dumps({"nearby": label, "positions": n, "radius": r, "asked": asked,
                           "found": pairs, "s": round(best, 3),
                           "per_s": round(asked / best)}), flush=True)
+    asyncio.run(served_nearby(plane, xs, ys, args))
 
 
 def main() -> None:
