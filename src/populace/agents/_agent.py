@@ -375,16 +375,20 @@ class Persona(Agent):
             return await self._persona_ask(model, messages, question, answer, call_seed,
                                            temperature, max_tokens)
 
-        key = (self.rules, context, question, answer.instruction(), temperature, max_tokens)
-        decision, own = await self.sampled(name or question, key, base, step, ask,
-                                           lambda d: answer.show(d.value) if d.valid
-                                           and not isinstance(d.value, int | float)
-                                           else d.value,
-                                           lambda d: (d.calls, d.prompt_tokens,
-                                                      d.completion_tokens))
-        if not own:  # an archetype's sample: its calls are not this agent's
-            decision = dataclasses.replace(decision, calls=0, prompt_tokens=0,
-                                           completion_tokens=0)
+        if self._sampling() is None:  # every agent asked: no sampling's bookkeeping
+            decision = await ask(False, seed_for(base, int(self.id)))
+        else:
+            key = (self.rules, context, question, answer.instruction(), temperature,
+                   max_tokens)
+            decision, own = await self.sampled(name or question, key, base, step, ask,
+                                               lambda d: answer.show(d.value) if d.valid
+                                               and not isinstance(d.value, int | float)
+                                               else d.value,
+                                               lambda d: (d.calls, d.prompt_tokens,
+                                                          d.completion_tokens))
+            if not own:  # an archetype's sample: its calls are not this agent's
+                decision = dataclasses.replace(decision, calls=0, prompt_tokens=0,
+                                               completion_tokens=0)
         if not decision.valid:
             self.note_unreadable()
         elif remember:

@@ -196,6 +196,7 @@ class Respondent(Persona):
         wave_ids = plan.questionnaire.plan[wave]
         out = Answers()
         notes = (plan.notes or {}).get(self.arm or "", {})
+        sampling = self._sampling()
         for i, qid in enumerate(wave_ids):
             index, q = plan.questions[qid]
             if q.ask_if is not None:
@@ -203,15 +204,21 @@ class Respondent(Persona):
                 if not holds(condition, self.known):
                     continue
             note = notes.get(qid)
-            ask = functools.partial(self._ask_one, q, i + 1, len(wave_ids), note, wave + 1)
-            error = None
+            error, own = None, True
             try:
-                (value, raw, shown, call, turn), own = await self.sampled(
-                    qid, (wave, i, note), plan.bases[wave][i], wave + 1, ask,
-                    functools.partial(_audited, q), _cost)
+                if sampling is None:  # every respondent asked: no sampling's bookkeeping
+                    value, raw, shown, call, turn = await self._ask_one(
+                        q, i + 1, len(wave_ids), note, wave + 1, False,
+                        seed_for(plan.bases[wave][i], self.id))
+                else:
+                    (value, raw, shown, call, turn), own = await self.sampled(
+                        qid, (wave, i, note), plan.bases[wave][i], wave + 1,
+                        functools.partial(self._ask_one, q, i + 1, len(wave_ids), note,
+                                          wave + 1),
+                        functools.partial(_audited, q), _cost)
             except ModelError as e:
                 shown = _shown(q, seed_for(plan.bases[wave][i], self.id))
-                value, raw, call, turn, own = None, "", _Call(), None, True
+                value, raw, call, turn = None, "", _Call(), None
                 error = f"{type(e).__name__}: {e}"
             if not own:  # one of the archetype's answers: its calls are not this agent's
                 call = _Call()
