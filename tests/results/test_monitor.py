@@ -593,3 +593,18 @@ def test_the_workers_of_a_snapshot_stay_small() -> None:
                       separators=(",", ":"))
     assert len(part) < 700, part
     assert [w["cpu_pct"] for w in data["workers"]] == [78.0, 85.3]
+
+
+def test_the_worker_history_covers_the_whole_run_in_240_samples() -> None:
+    from populace.results._monitor import HISTORY_POINTS, _History
+
+    history = _History()
+    for t in range(2000):  # a sample a second for 2,000 s, two processes
+        history.add(float(t), {("n", 1): (50.0, 100.0 + t), ("n", 2): (None, None)},
+                    {("n", 1): {0, 1}, ("n", 2): {2}})
+    data = history.to_json()
+    assert len(data["t"]) < HISTORY_POINTS and data["t"][0] == 0.0 and data["t"][-1] > 1800
+    first, second = data["processes"]
+    assert first["workers"] == [0, 1] and second["workers"] == [2]
+    assert len(first["cpu_pct"]) == len(first["rss_mb"]) == len(data["t"])
+    assert first["rss_mb"][-1] == 100.0 + data["t"][-1]

@@ -261,6 +261,20 @@ def test_llm_latency_is_measured(survey: tuple[StudioServer, str], page: Any) ->
     assert page.locator("#latency-basis").count() == 1
 
 
+def test_each_process_cpu_and_memory_over_the_run(survey: tuple[StudioServer, str],
+                                                  page: Any) -> None:
+    # Per-worker history: the process both local workers share, sampled over the whole run.
+    server, run_id = survey
+    open_run(page, server, run_id)
+    page.wait_for_selector("#worker-history .proc", timeout=10_000)
+    proc = page.locator("#worker-history .proc")
+    assert proc.count() == 1
+    assert int(proc.get_attribute("data-points")) >= 10  # a sample a second, or rarer
+    assert "workers 0, 1" in proc.inner_text()
+    for kind in ("cpu", "mem"):
+        assert (proc.locator(f"path.line.{kind}").get_attribute("d") or "").count("L") >= 5
+
+
 def test_no_game_text_and_each_answer_once(survey: tuple[StudioServer, str],
                                            page: Any) -> None:
     # 8. Nothing of the game, neither in text nor in examples.

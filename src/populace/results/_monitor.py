@@ -56,6 +56,8 @@ MAX_KINDS = 20
 MAX_ENDPOINTS = 32
 MAX_ENV_KEYS = 40
 AUTO_BINS = 50           # bins of the live histogram when the scenario gives no range
+HISTORY_POINTS = 240     # samples of each process's CPU and memory kept for the whole run
+HISTORY_PROCESSES = 16
 
 # Latency histogram: 50 bins per decade from 1 ms to 10,000 s (about 5 % resolution).
 _LAT_EDGES = np.geomspace(1e-3, 1e4, 7 * 50 + 1)
@@ -466,6 +468,7 @@ class RunMonitor:
         self._samples: collections.deque[tuple[float, int, int]] = collections.deque(maxlen=64)
         self._rates = (0.0, 0.0)  # requests and answers per second
         self._last_refresh = 0.0
+        self._history = _History()
         #: a fork's source (see :func:`_fork_origin`), set by whoever starts the fork
         self.forked_from: Mapping[str, Any] | None = None
 
@@ -670,6 +673,11 @@ class RunMonitor:
                                   w.waiting_on_dependencies, w.calls_done, w.calls_failed,
                                   llm_in_flight, cpu, mb))
         self._cpu = {k: v for k, v in self._cpu.items() if k in procs}
+        members: dict[tuple[str | None, int], set[int]] = {}
+        for row in rows:
+            if row.pid is not None:
+                members.setdefault((row.node, row.pid), set()).add(row.index)
+        self._history.add(time.time() - self._started_at, procs, members)
         total = [sum(v[k] for v in models.values()) for k in range(8)]
         self._sample(now, total[0])
         self._show(tuple(rows))
@@ -689,6 +697,12 @@ class RunMonitor:
         self._seq += 1
 
     # -- read by the studio ------------------------------------------------------------------
+    def worker_history(self) -> dict[str, Any]:
+        """Each process's CPU % and resident MB over the run (``t``: seconds since it
+        started; at most 240 samples, 16 processes; ``workers``: the worker indexes it
+        hosts): the studio's sparklines, read apart from the snapshot to keep that small."""
+        return self._history.to_json()
+
     def snapshot(self) -> RunSnapshot:
         """Everything the live page shows (``.to_json()`` for the wire); a few kilobytes at
         any scale, cheap to take."""
@@ -857,6 +871,46 @@ class RunMonitor:
         if now - t0 >= 0.2:
             self._rates = (round((requests - r0) / (now - t0), 1),
                            round((answered - a0) / (now - t0), 1))
+
+
+class _History:
+    """Each process's CPU % and memory over the whole run, in at most
+    :data:`HISTORY_POINTS` samples: one every ``every`` seconds, and when they are all
+    used, every other one is dropped and the spacing doubles (the start stays, finer
+    detail goes)."""
+
+    def __init__(self) -> None:
+        self.every = 1.0
+        self.times: list[float] = []
+        self.series: dict[tuple[str | None, int], tuple[list[Any], list[Any], set[int]]] = {}
+
+    def add(self, t: float, procs: Mapping[tuple[str | None, int], tuple[Any, Any]],
+            workers: Mapping[tuple[str | None, int], set[int]]) -> None:
+        if self.times and t - self.times[-1] < self.every:
+            return
+        n = len(self.times)
+        self.times.append(round(t, 2))
+        for key, (cpu, mb) in procs.items():
+            if key not in self.series:
+                if len(self.series) >= HISTORY_PROCESSES:
+                    continue
+                self.series[key] = ([None] * n, [None] * n, set())
+            self.series[key][0].append(cpu)
+            self.series[key][1].append(mb)
+            self.series[key][2].update(workers.get(key, ()))
+        for cpus, mbs, _ in self.series.values():
+            if len(cpus) <= n:
+                cpus.append(None)
+                mbs.append(None)
+        if len(self.times) >= HISTORY_POINTS:
+            self.times = self.times[::2]
+            self.series = {k: (c[::2], m[::2], w) for k, (c, m, w) in self.series.items()}
+            self.every *= 2
+
+    def to_json(self) -> dict[str, Any]:
+        return {"t": list(self.times), "processes": [
+            {"node": node, "pid": pid, "workers": sorted(w), "cpu_pct": list(c),
+             "rss_mb": list(m)} for (node, pid), (c, m, w) in self.series.items()]}
 
 
 def _node_totals(rows: Sequence[WorkerRow]) -> tuple[NodeRow, ...]:

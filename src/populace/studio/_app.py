@@ -19,6 +19,7 @@ Endpoints (all under the security rules of ``_security``)::
     GET  /api/runs/{id}/view                what its scenario declares for the panels
     GET  /api/runs/{id}/shares              its categorical metrics, step by step
     GET  /api/runs/{id}/branch              a fork beside its source, step by step
+    GET  /api/runs/{id}/workers             each process's CPU and memory over the run
     GET  /api/configs                       run files the studio may start
     GET  /runs/{id}/report/                 the run's report.html (and files it links)
 
@@ -311,6 +312,13 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
         path = runs.check(run_id)
         view, _ = await asyncio.to_thread(declared, run_id, path)
         return await asyncio.to_thread(categorical_history, path, view["categorical"])
+
+    @app.get("/api/runs/{run_id}/workers")
+    def workers(run_id: str) -> dict[str, Any]:
+        runs.check(run_id)
+        live = runs.live(run_id)  # measured by this process only: none from disk
+        return live.monitor.worker_history() if live is not None else {"t": [],
+                                                                      "processes": []}
 
     @app.get("/api/runs/{run_id}/branch")
     async def branch(run_id: str) -> dict[str, Any]:

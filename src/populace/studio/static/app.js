@@ -470,7 +470,43 @@ function runView(id) {
       snap.llm && snap.llm.workers_share_memory ? "Workers sharing a process show its CPU and memory on each row; the totals count it once." : "",
       "CPU: % of one core, as each process measures itself."].filter(Boolean);
     el.workers.replaceChildren(list, h("div", { id: "workers-nodes" }, nodes),
-      h("div", { class: "muted", id: "workers-notes" }, notes.join(" ")));
+      h("div", { class: "muted", id: "workers-notes" }, notes.join(" ")), history);
+    // Each process's CPU and memory over the run: read every few seconds, not streamed.
+    const now = Date.now();
+    if (now - historyAt > (snap.live && !snap.finished ? 3000 : 60000)) {
+      historyAt = now;
+      api(`/api/runs/${enc(id)}/workers`).then(drawHistory).catch(() => {});
+    }
+  }
+
+  const history = h("div", { id: "worker-history", class: "sparks" });
+  let historyAt = 0;
+  function line(ts, vs, W, H, pad, max) {
+    const pts = ts.map((t, i) => [t, vs[i]]).filter(([, v]) => typeof v === "number");
+    if (!pts.length) return null;
+    const x0 = ts[0], x1 = ts[ts.length - 1] || 1;
+    const x = (t) => pad + ((t - x0) / (x1 - x0 || 1)) * (W - 2 * pad);
+    const y = (v) => H - pad - (v / (max || 1)) * (H - 2 * pad);
+    return pts.map(([t, v], i) => `${i ? "L" : "M"}${x(t).toFixed(1)},${y(v).toFixed(1)}`).join(" ");
+  }
+  function drawHistory(hist) {
+    const W = 260, H = 56, pad = 3;
+    history.replaceChildren(...(hist.processes || []).map((p) => {
+      const n = Math.min(hist.t.length, p.cpu_pct.length, p.rss_mb.length);
+      const ts = hist.t.slice(0, n), cpu = p.cpu_pct.slice(0, n), mem = p.rss_mb.slice(0, n);
+      const cpuMax = Math.max(100, ...cpu.filter((v) => typeof v === "number"));
+      const memMax = Math.max(1, ...mem.filter((v) => typeof v === "number"));
+      const lastOf = (vs) => vs.filter((v) => typeof v === "number").pop();
+      const cpuLast = lastOf(cpu), memLast = lastOf(mem);
+      const who = p.workers.length === 1 ? `worker ${p.workers[0]}` : `workers ${p.workers.join(", ")}`;
+      return h("div", { class: "spark proc", "data-pid": p.pid, "data-points": n },
+        h("div", { class: "spark-head" }, h("span", { class: "spark-name", title: `process ${p.pid} on ${p.node || "?"}` }, `pid ${p.pid} · ${who}`),
+          h("span", { class: "muted" }, `${cpuLast === undefined ? "–" : `${Math.round(cpuLast)}%`} · ${memLast === undefined ? "–" : `${Math.round(memLast)} MB`}`)),
+        s("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img", "aria-label": `CPU and memory of process ${p.pid} over the run` },
+          s("path", { class: "line cpu", d: line(ts, cpu, W, H, pad, cpuMax) }),
+          s("path", { class: "line mem", d: line(ts, mem, W, H, pad, memMax * 1.1) })),
+        h("div", { class: "muted spark-range" }, `CPU (blue, up to ${Math.round(cpuMax)}%) and memory (green, up to ${Math.round(memMax)} MB) over ${secs(ts[n - 1] || 0)}`));
+    }));
   }
 
   const es = new EventSource(`/api/runs/${enc(id)}/events`);
