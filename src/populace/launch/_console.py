@@ -86,6 +86,12 @@ class ConsoleObserver:
         self.console.print(f"{escape(line)} [dim]({entry['wall_s']:.2f} s)[/dim]",
                            soft_wrap=True)  # one line per step, even in a narrow terminal
 
+    def stalled(self, t: int, line: str) -> None:
+        """A step has had no answer for a model's ``timeout`` (a server that never answers):
+        said at once, and again as long after, rather than silence until the calls fail."""
+        self._clear()
+        self.errors.print(f"[yellow]warning:[/yellow] {escape(line)}", soft_wrap=True)
+
     def recovering(self, error: BaseException) -> None:
         self._clear()
         line = escape(" ".join(str(error).splitlines()))

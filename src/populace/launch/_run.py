@@ -27,7 +27,7 @@ from populace.core import (
     wait,
 )
 from populace.environment import Env, EnvClient, EnvService, RemoteEnvService, serve
-from populace.llm import ModelSet, OpenAIConfig, Served
+from populace.llm import ModelSet, OpenAIConfig, Served, model_stats
 from populace.results import error_kind
 
 if TYPE_CHECKING:
@@ -453,11 +453,19 @@ class Run:
         self._collecting = (answers, partial)
         saved_at = time.monotonic()
         every = 60 * self.options.checkpoint_minutes
+        stall = self._stall_after()
+        seen, quiet_since, told = answers.n_done, time.monotonic(), 0
         while not answers.done():
             await wait([answers], timeout=0.1)
             try:
                 for observer in self._observers:
                     observer.step_progress(self.step, base + answers.n_done, total)
+                now = time.monotonic()
+                if answers.n_done != seen:
+                    seen, quiet_since, told = answers.n_done, now, 0
+                elif stall is not None and now - quiet_since >= stall * 2**told:
+                    told += 1  # said again each time the wait doubles
+                    self._stalled(now - quiet_since, answers.n_done, len(answers))
             except Exception as e:
                 raise ObserverFailed(e) from e
             if partial is not None and time.monotonic() - saved_at >= every:
@@ -473,6 +481,38 @@ class Run:
                 raise lost
             self._count_failures(failed, len(answers), raise_first=on_error == "raise")
         return answers.table() if as_table else answers.results(return_exceptions=True)
+
+    def _stall_after(self) -> float | None:
+        """Seconds without an answer after which the step says so: the shortest ``timeout``
+        of the run's models that have one (a server's), None when none has (simulated
+        models: a long latency is what was asked for)."""
+        timeouts = [t for m in self.options.models.values()
+                    if isinstance(t := getattr(m, "timeout", None), int | float)]
+        return float(min(timeouts)) if timeouts else None
+
+    def _stalled(self, quiet: float, done: int, total: int) -> None:
+        """No answer for ``quiet`` seconds: one line, to every observer that shows lines,
+        saying which models' calls wait, where, and how many were retried."""
+        waiting = []
+        for m in model_stats(r for w in self.sim.statistics().workers for r in w.resources):
+            if m.in_flight <= 0:
+                continue
+            where = ", ".join(f"{e.url}: {e.in_flight:,} sent, {e.failures:,} attempts failed "
+                              "or timed out" for e in m.endpoints if e.in_flight or e.failures)
+            config = self.options.models.get(m.model)
+            limit = getattr(config, "timeout", None)
+            retries = getattr(config, "max_retries", None)
+            bound = (f"; an attempt times out after {limit:g} s and is retried up to "
+                     f"{retries} time{'' if retries == 1 else 's'}"
+                     if limit is not None and retries is not None else "")
+            waiting.append(f"model {m.model!r}: {m.in_flight:,} calls waiting"
+                           f"{f' ({where})' if where else ''}{bound}")
+        line = (f"step {self.step}: no answer for {quiet:.0f} s ({done:,} of {total:,} "
+                f"answered); {'; '.join(waiting) or 'no model call in flight'}")
+        for observer in self._observers:
+            say = getattr(observer, "stalled", None)
+            if callable(say):
+                say(self.step, line)
 
     def _count_failures(self, failed: list[BaseException], of: int, *,
                         raise_first: bool) -> None:

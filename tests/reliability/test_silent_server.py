@@ -1,0 +1,40 @@
+"""A server that never answers is reported within the model's ``timeout`` (issue 33): a
+warning line naming the model, the endpoint and what was tried, said again each time the
+wait doubles — not minutes of silence until the calls give up."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from populace.results import read_summary
+
+
+def test_a_server_that_never_answers_is_reported_within_the_timeout(
+        tmp_path: Path, populace: Callable[..., Any], helpers: Any) -> None:
+    server = populace("serve-llm", "--port", "0", "--error-timeout", "1")  # never answers
+    base_url = server.wait_for("serving dummy at ", timeout=60).split(" at ", 1)[1].split()[0]
+    path = tmp_path / "run.yaml"
+    path.write_text(json.dumps({
+        "name": "silent", "seed": 5, "agents": 2, "rounds": 1, "workers": 1,
+        "models": {"llm": {"provider": "openai", "model": "dummy", "base_urls": [base_url],
+                           "timeout": 2, "max_retries": 1}},
+    }))
+    out = tmp_path / "out"
+    run = populace("run", path, "--out", out)
+    run.wait_for("silent: ", timeout=60)
+    started = time.monotonic()
+    helpers.wait_until(lambda: "no answer" in run.stderr(), 30, "a line about the silence")
+    assert time.monotonic() - started < 15  # the timeout (2 s) and the start-up, not minutes
+    first = next(line for line in run.stderr().splitlines() if "no answer" in line)
+    assert first.startswith("warning: step 1: no answer for 2 s (0 of 2 answered); model "
+                            f"'llm': 2 calls waiting ({base_url}: "), first
+    assert first.endswith("an attempt times out after 2 s and is retried up to 1 time")
+    status, _, stderr = run.finish(timeout=120)
+    assert status == 1, stderr  # every answer failed: the run fails, resumably
+    assert "Traceback" not in stderr
+    assert stderr.splitlines()[-1].startswith("error: ")
+    assert read_summary(out)["status"] == "failed"
