@@ -138,6 +138,9 @@ def test_a_damaged_interviews_table_is_one_line(run: Path, capsys: Cap,
                            "file"), line
     assert line.endswith("move it away to keep interviewing")
     assert tree(run) == before
+    code, _, stderr = run_in_process(capsys, monkeypatch, "report", run)
+    assert (code, stderr) == (0, "")  # the report says so in its interviews table
+    assert "interviews.parquet: not a readable Parquet file" in (run / "report.html").read_text()
 
 
 def _in_a_process(*args: str | Path, timeout: float = 60) -> tuple[int, str]:

@@ -36,6 +36,7 @@ import yaml
 from rich import box
 from rich.table import Table
 
+from ._rundir import RunDirectory
 from ._runs import RunData, headline, load_run, show_value
 
 if TYPE_CHECKING:
@@ -296,14 +297,18 @@ def _managed_tables(run: RunData) -> list[dict[str, Any]]:
     if done:
         out.append({"title": "Interventions", "head": ("step", "what", "agents reached"),
                     "rows": done})
-    path = run.path / "interviews.parquet"
-    if path.is_file():
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        table = pq.read_table(pa.BufferReader(path.read_bytes()))
+    try:  # a damaged one (or a FIFO in its place) is said, not a traceback or a hang
+        table = RunDirectory(run.path).read_parquet("interviews.parquet")
+        if table is not None:
+            table = table.select(["interview", "step", "question", "answer"])
+    except (ValueError, KeyError, OSError) as e:
+        why = " ".join(str(e).split())[:300] or type(e).__name__
+        out.append({"title": "Interviews", "head": ("interviews.parquet",),
+                    "rows": [[f"not read: {why}"]]})
+        table = None
+    if table is not None:
         held: dict[int, list[Any]] = {}
-        for r in table.select(["interview", "step", "question", "answer"]).to_pylist():
+        for r in table.to_pylist():
             row = held.setdefault(r["interview"], [r["interview"], r["step"], r["question"],
                                                    0, 0])
             row[3] += 1
