@@ -25,6 +25,7 @@ from populace.core import (  # noqa: E402
     Simulation,
     WorkerLost,
     WorkerStats,
+    _runtime,
 )
 from populace.core._ray import RayBackend  # noqa: E402
 from populace.core._worker import WorkerGone  # noqa: E402
@@ -58,6 +59,9 @@ class Sleeper(Agent):
     def pid(self) -> int:
         return os.getpid()
 
+    def resource(self) -> tuple[int, int]:
+        return os.getpid(), id(self.timers)
+
 
 def game(backend: str, tmp: Any, **extra: Any) -> RunConfig:
     return RunConfig.model_validate({
@@ -89,6 +93,17 @@ async def test_workers_spread_over_both_nodes(cluster: Cluster) -> None:
         assert len(set(pids)) == 2 and os.getpid() not in pids
         stats = sim.statistics()
         assert [w.agents for w in stats.workers] == [5, 5]
+
+
+async def test_agents_created_in_several_batches_share_one_resource_per_worker(
+        cluster: Cluster, monkeypatch: Any) -> None:
+    """Each batch of a creation ships its own copy of the PerWorker spec to a remote
+    worker; they still build one object per worker (one model client, one pool)."""
+    monkeypatch.setattr(_runtime, "CREATE_CHUNK", 7)
+    async with Simulation(workers=2, backend="ray") as sim:
+        group = await sim.create(Sleeper, 60, init={"timers": PerWorker(_timers)})
+        held = await group.map(Sleeper.resource)
+    assert len(set(held)) == 2 and len({pid for pid, _ in held}) == 2
 
 
 async def test_placeholder_crosses_workers_and_errors_keep_type(cluster: Cluster) -> None:
@@ -267,6 +282,9 @@ class Tally:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def resource(self) -> tuple[int, int]:
+        return os.getpid(), id(self.timers)
 
     async def fail(self) -> None:
         raise KeyError("no such thing")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -84,12 +85,15 @@ class PerWorker:
     >>> shared = PerWorker(dict, size=3)
     """
 
-    __slots__ = ("args", "factory", "kwargs")
+    __slots__ = ("args", "factory", "key", "kwargs")
 
     def __init__(self, factory: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
         self.factory = factory
         self.args = args
         self.kwargs = kwargs
+        #: Who it is, wherever it travels: agents created in several batches (a remote
+        #: worker gets a new copy with each) still share one built object per worker.
+        self.key = uuid.uuid4().hex
 
     def build(self) -> Any:
         return self.factory(*self.args, **self.kwargs)

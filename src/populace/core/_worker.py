@@ -249,7 +249,7 @@ class Worker:
         self._loop = loop
         self._emit = emit
         self._agents: list[Agent] = []
-        self._resources: dict[int, tuple[PerWorker, Any]] = {}
+        self._resources: dict[str, tuple[PerWorker, Any]] = {}
         self._updates: list[Update] = []
         self._dirty: list[_Segment] = []
         self._flush_scheduled = False
@@ -280,9 +280,9 @@ class Worker:
         return first
 
     def _resource(self, spec: PerWorker) -> Any:
-        hit = self._resources.get(id(spec))
+        hit = self._resources.get(spec.key)
         if hit is None:
-            hit = self._resources[id(spec)] = (spec, spec.build())
+            hit = self._resources[spec.key] = (spec, spec.build())
         return hit[1]
 
     def agent(self, local: int) -> Agent:
