@@ -72,5 +72,16 @@ def test_an_environment_the_live_run_does_not_have_is_refused(
         assert r.status_code == 200, r.text
     listed = client.get(f"/api/runs/{run_id}/interventions").json()["interventions"]
     assert [i.get("env") for i in listed] == ["game", None]
+    for body in ('{"kind": "environment", "key": "k", "value": ' + "[" * 5000 + "]" * 5000
+                 + "}", '{"kind": "environment", "key": "k", "value": '
+                 + "[" * 40 + "]" * 40 + "}",
+                 '{"kind": "message", "text": "hi", "where": "' + "~" * 1900 + 'profession"}'):
+        r = client.post(f"/api/runs/{run_id}/interventions", content=body.encode(),
+                        headers={"content-type": "application/json"})
+        assert r.status_code == 400 and "nested too deeply" in r.json()["error"], r.text
+    r = client.post(f"/api/runs/{run_id}/interviews", content=(
+        '{"question": "Why?", "agents": ' + "[" * 5000 + "]" * 5000 + "}").encode(),
+        headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
     runs.stop(run_id)
     wait_for(lambda: live.monitor.finished, timeout=60)  # type: ignore[union-attr]

@@ -171,6 +171,8 @@ def add_routes(app: FastAPI, runs: Runs, read_body: Any, one_line: Any) -> None:
             data = json.loads(raw)
         except ValueError:
             raise Refused("the request body is not JSON") from None
+        except RecursionError:
+            raise Refused("the request body is nested too deeply") from None
         if not isinstance(data, dict):
             raise Refused("expected a JSON object")
         data.setdefault("step", control.next_step)
