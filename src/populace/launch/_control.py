@@ -7,6 +7,9 @@ step in progress; it changes nothing), an interview waits for the end of the ste
 progress (so it never competes with the step's calls nor sees half a step), and an
 intervention is written to the run directory for the next step under the same lock the
 launcher takes when it reads them at a step's start, so it lands in exactly one step.
+A pause holds the run at the next step boundary (after a step is written, checkpoint and
+summary included) until it is resumed or stopped; meanwhile agents are read and
+interviewed as between any two steps. A single step plays one more step, then holds again.
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ class RunControl:
         self.next_step = 1       # the step whose start is still to come
         self.steps_done = 0      # steps written
         self._ended = False      # the run attempt is over: nothing more is served
+        self._paused = False     # hold at the next step boundary
+        self._allowed = 0        # steps to play before holding (a single step: 1)
+        #: the steps written when the run began to wait at a boundary; None while it plays
+        self.waiting_after: int | None = None
 
     # -- the studio's side (any thread) -------------------------------------------------------
     @property
@@ -127,6 +134,29 @@ class RunControl:
             _interventions.append(self._run_dir, written)
         return written
 
+    @property
+    def paused(self) -> bool:
+        """A pause was asked for (the run holds at its next step boundary, or holds now:
+        :attr:`waiting_after`)."""
+        return self._paused
+
+    def pause(self) -> None:
+        """Hold the run at its next step boundary, until :meth:`resume` (or a stop)."""
+        with self._lock:
+            if self._run is None:
+                raise RunNotLive("the run is not live: nothing to pause")
+            self._paused, self._allowed = True, 0
+
+    def resume(self, steps: int | None = None) -> None:
+        """Go on: for good, or (``steps``) for that many steps, then hold again."""
+        with self._lock:
+            if self._run is None:
+                raise RunNotLive("the run is not live: nothing to resume")
+            if steps is None:
+                self._paused, self._allowed = False, 0
+            else:
+                self._paused, self._allowed = True, max(1, steps)
+
     # -- the launcher's side --------------------------------------------------------------------
     def attach(self, run: Any, run_dir: Path | None, done: int) -> None:
         with self._lock:
@@ -142,9 +172,25 @@ class RunControl:
             return _interventions.read_interventions(run_dir) if run_dir is not None else []
 
     async def serve(self, run: Any, done: int) -> None:
-        """Step ``done`` is written: carry out what waited for it."""
+        """Step ``done`` is written: carry out what waited for it; while the run is paused,
+        hold here (serving what comes meanwhile) until it is resumed or stopped."""
         with self._lock:
             self.steps_done = done
+        await self._jobs(run)
+        while True:
+            with self._lock:
+                hold = self._paused and not self._allowed and not run.stop_requested \
+                    and done < run.steps
+                if not hold and self._allowed:
+                    self._allowed -= 1
+                self.waiting_after = done if hold else None
+            if not hold:
+                return
+            await asyncio.sleep(0.05)
+            await self._jobs(run)
+
+    async def _jobs(self, run: Any) -> None:
+        with self._lock:
             queue, self._queue = self._queue, []
         for job, future in queue:
             if future.set_running_or_notify_cancel():
@@ -158,6 +204,7 @@ class RunControl:
             queue, self._queue = self._queue, []
             self._loop = self._run = self._run_dir = None
             self._ended = True
+            self.waiting_after = None
         for _job, future in queue:
             if future.set_running_or_notify_cancel():
                 future.set_exception(RunNotLive("the run ended before it was asked"))

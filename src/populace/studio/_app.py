@@ -157,6 +157,9 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
         # the step an intervention scheduled now lands in (the server's own count)
         snap["next_step"] = control.next_step if control is not None and control.live \
             else None
+        # a pause asked for, and the step after which the run now waits (None: it plays)
+        snap["paused"] = {"requested": control.paused, "waiting_after": control.waiting_after} \
+            if control is not None and control.live else None
         return snap
 
     # -- pages -------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ Endpoints (added to the app by :func:`add_routes`, under its security rules)::
                                             "value", "env"?}
     POST /api/runs/{id}/fork                {"step", "set"?: {"game.ratio": 0.5}}: start a
                                             new live run from that step's checkpoint
+    POST /api/runs/{id}/pause               hold a live run at its next step boundary
+    POST /api/runs/{id}/resume              go on ({"steps": 1}: one more step, then hold)
 
 A request that cannot be carried out is a 400 ``{"error": "one line"}`` (an unknown agent or
 setting, a step without a checkpoint, a bad query); one that needs a live run of a run that
@@ -60,6 +62,12 @@ class InterviewRequest(BaseModel):
     where: str | None = Field(None, max_length=2000)
     sample: int | None = Field(None, ge=1, le=10_000)
     step: int | None = Field(None, ge=0)
+
+
+class ResumeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    steps: int | None = Field(None, ge=1, le=1_000_000)
 
 
 class ForkRequest(BaseModel):
@@ -186,6 +194,31 @@ def add_routes(app: FastAPI, runs: Runs, read_body: Any, one_line: Any) -> None:
         written = control.intervene(intervention)
         return {"intervention": {**written.model_dump(mode="json", exclude_none=True),
                                  "what": written.describe()}}
+
+    def live_control(run_id: str) -> Any:
+        runs.check(run_id)
+        live = runs.live(run_id)
+        control = live.control if live is not None else None
+        if control is None or not control.live:
+            raise RunNotLive(f"run {run_id} is not running")
+        return control
+
+    @app.post("/api/runs/{run_id}/pause")
+    async def pause(run_id: str) -> dict[str, Any]:
+        control = live_control(run_id)
+        control.pause()
+        return {"paused": True, "waiting_after": control.waiting_after}
+
+    @app.post("/api/runs/{run_id}/resume")
+    async def resume(run_id: str, request: Request) -> dict[str, Any]:
+        raw = await read_body(request)
+        try:  # no body: resume for good
+            body = ResumeRequest.model_validate_json(raw if raw.strip() else b"{}")
+        except ValidationError as e:
+            raise Refused(one_line(e.errors())) from None
+        control = live_control(run_id)
+        control.resume(body.steps)
+        return {"paused": control.paused, "steps": body.steps}
 
     @app.post("/api/runs/{run_id}/fork")
     async def fork_run(run_id: str, request: Request) -> dict[str, Any]:

@@ -240,6 +240,11 @@ function runView(id) {
   el.status = h("span", { id: "status", class: "badge" }, "…");
   el.meta = h("div", { class: "muted", id: "run-meta" });
   el.stop = h("button", { id: "stop", class: "danger", hidden: true }, "Stop run");
+  // Pause holds the run at its next step boundary; Step plays one more step, then holds.
+  el.pause = h("button", { id: "pause", class: "plain", hidden: true, title: "Hold the run when the step in progress is written" }, "Pause");
+  el.resume = h("button", { id: "resume", hidden: true }, "Resume");
+  el.stepOnce = h("button", { id: "step-once", class: "plain", hidden: true, title: "Play one more step, then hold" }, "Step");
+  el.pauseState = h("span", { id: "pause-state", class: "marker pending", hidden: true });
   el.links = h("span", { class: "row" }, h("a", { href: `#/run/${enc(id)}/agents`, id: "agents-link" }, "Browse agents"));
   el.report = h("a", { href: `/runs/${enc(id)}/report/`, target: "_blank", hidden: true, id: "report-link" }, "Report");
   el.stepText = h("b", { id: "step-text" });
@@ -259,7 +264,8 @@ function runView(id) {
   const branch = branchPanel(id);
   setView(
     h("section", { class: "card" },
-      h("div", { class: "row" }, el.title, el.status, h("span", { class: "spacer" }), el.links, el.report, el.stop),
+      h("div", { class: "row" }, el.title, el.status, el.pauseState, h("span", { class: "spacer" }), el.links, el.report,
+        el.pause, el.stepOnce, el.resume, el.stop),
       el.meta, el.fork, el.error,
       h("div", { class: "row", style: "margin-top:10px" }, el.stepText, el.progressText, h("span", { class: "spacer" }), el.updates),
       h("div", { class: "bar", id: "progress-bar" }, el.bar)),
@@ -282,6 +288,20 @@ function runView(id) {
     for (const panel of [interviews, interventions, fork, shares]) panel.declare(view);
     if (lastSnap) renderAnswers(lastSnap.answers || {}, lastSnap.live);
   });
+  const control = (button, path, body) => button.addEventListener("click", async () => {
+    button.disabled = true;
+    el.error.textContent = "";
+    try {
+      await api(`/api/runs/${enc(id)}/${path}`, body ? { json: body } : { method: "POST" });
+    } catch (e) {
+      el.error.textContent = e.message;
+    } finally {
+      button.disabled = false;
+    }
+  });
+  control(el.pause, "pause");
+  control(el.resume, "resume");
+  control(el.stepOnce, "resume", { steps: 1 });
   el.stop.addEventListener("click", async () => {
     el.stop.disabled = true;
     try {
@@ -316,6 +336,13 @@ function runView(id) {
           : [" · no setting changed"]));
     }
     el.stop.hidden = !(snap.live && !snap.finished);
+    const pause = snap.finished ? null : snap.paused;
+    const waiting = pause && pause.waiting_after !== null && pause.waiting_after !== undefined;
+    el.pause.hidden = !pause || pause.requested;
+    el.resume.hidden = !pause || !pause.requested;
+    el.stepOnce.hidden = !waiting;
+    el.pauseState.hidden = !pause || !pause.requested;
+    el.pauseState.textContent = waiting ? `paused after step ${pause.waiting_after}` : "pausing when this step is written";
     if (snap.stop_requested) { el.stop.disabled = true; el.stop.textContent = "Stopping…"; }
     el.report.hidden = !snap.report;
     const p = snap.progress || {};
