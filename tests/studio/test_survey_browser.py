@@ -95,7 +95,7 @@ def survey(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StudioSer
     request = urllib.request.Request(
         f"{server.url.rstrip('/')}/api/runs/{live.run_id}/interventions", method="POST",
         data=json.dumps({"kind": "message", "text": "Thank you for taking part.",
-                         "sample": 3, "step": 2}).encode(),
+                         "agents": [7, 8, 9], "step": 2}).encode(),
         headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request) as r:
         assert json.load(r)["intervention"]["step"] == 2
@@ -312,6 +312,17 @@ def test_the_mind_labels_a_respondents_state(survey: tuple[StudioServer, str],
                                        "t.querySelector('th')?.textContent == 'attribute').length")
     assert tables == 1  # the profile's table, and no second one
     no_game_text(page)
+
+    # Its timeline: per step its answers, and at step 2 the message sent to it (in its
+    # memory too); the message sent to a sample of 5 it shows only if its memory has it.
+    page.wait_for_selector("#timeline .tl-step")
+    assert page.eval_on_selector_all("#timeline .tl-step", "ss => ss.map(s => s.dataset.step)"
+                                     ) == ["1", "2", "3"]
+    step2 = page.locator("#timeline .tl-step[data-step='2']")
+    told = step2.locator("li.tl[data-kind=intervention]").all_inner_texts()
+    assert any("Thank you for taking part" in t for t in told), told
+    assert all("sample" not in t for t in told), told  # reached, or not listed
+    assert step2.locator("li.tl[data-kind=row]").inner_text().count("question") == 2
     shot(page, "22-survey-mind-1280")
 
 

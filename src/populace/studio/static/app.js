@@ -687,7 +687,7 @@ async function agentView(id, agentId) {
     h("section", { class: "card" }, h("h2", { id: "agent-title" }, `Agent ${a.agent_id}`),
       table(["attribute", "value"], profile.map(([k, v]) => ({ cells: [k, v === null ? "–" : String(v)] })), { id: "profile-table" })),
     a.background ? h("section", { class: "card" }, h("h3", null, "Background"), h("pre", { id: "background" }, a.background)) : "",
-    mindPanel(id, agentId), ask.node,
+    mindPanel(id, agentId), timelinePanel(id, a), ask.node,
     h("section", { class: "card", id: "steps" }, h("h3", null, `Steps (${a.steps.length})` + (a.tables.length ? ` · ${a.tables.join(", ")}` : "")),
       steps.length ? steps : h("p", { class: "muted" }, "No finished step yet.")));
 }
@@ -1115,6 +1115,51 @@ function stepCell(t, marks, fork) {
                   "data-step": t, onclick: () => fork.open(t) }, "Fork"));
 }
 
+// An agent's timeline, step by step: the interventions of the run that reached it, the
+// messages and observations its memory holds, its decisions, and its rows in the run's tables.
+// A message sent to a sample or a query reached it if its memory has it (a persona's); else
+// the page says it cannot tell.
+function timelinePanel(id, a) {
+  const body = h("div", { id: "timeline" }, h("p", { class: "muted" }, "Reading…"));
+  const node = h("section", { class: "card", id: "timeline-card" }, h("h3", null, "Timeline"), body);
+  const me = Number(a.agent_id);
+  const short = (row) => Object.entries(row).filter(([, v]) => v !== null && v !== undefined && String(v).length <= 60)
+    .slice(0, 4).map(([k, v]) => `${k} ${val(v)}`).join(" · ");
+  Promise.all([api(`/api/runs/${enc(id)}/agents/${enc(a.agent_id)}/mind`).catch(() => null),
+               api(`/api/runs/${enc(id)}/interventions`).catch(() => ({ interventions: [] }))]).then(([m, ix]) => {
+    const memory = (m && m.persona && m.persona.memory) || [];
+    const steps = new Map();
+    const at = (t) => { if (!steps.has(t)) steps.set(t, []); return steps.get(t); };
+    for (const x of ix.interventions || []) {
+      if (x.pending) continue;
+      const told = memory.some((e) => e.step === x.step && e.kind === "intervention" && String(e.text).includes(x.text || "\u0000"));
+      const everyone = x.kind !== "message" || (!x.agents && !x.where && !x.sample);
+      const reached = x.agents && !x.where && !x.sample ? x.agents.includes(me) : everyone || told ? true : m && m.persona ? false : null;
+      if (reached === false) continue;
+      at(x.step).push(h("li", { class: "tl intervention", "data-kind": "intervention" }, h("span", { class: "tl-kind" }, "⚑ intervention"),
+        h("span", null, x.what), reached === null ? h("span", { class: "muted" }, " (to a sample or a query: whether it reached this agent is not recorded)") : null));
+    }
+    for (const e of memory) {
+      if (e.kind === "intervention" || e.kind === "summary") continue;  // listed above; a summary is no event
+      at(e.step).push(h("li", { class: `tl ${e.kind}`, "data-kind": e.kind }, h("span", { class: "tl-kind" }, e.kind === "decision" ? "→ decided" : `✉ ${e.kind}`),
+        h("span", null, typeof e.text === "string" ? e.text : JSON.stringify(e.text))));
+    }
+    for (const st of a.steps) {
+      for (const [name, rows] of Object.entries(st.rows)) {
+        at(st.step).push(h("li", { class: "tl row", "data-kind": "row" }, h("span", { class: "tl-kind" }, `▤ ${name}`),
+          h("span", null, rows.length === 1 ? short(rows[0]) : `${num(rows.length)} rows: ` + rows.slice(0, 3).map(short).join(" | ") + (rows.length > 3 ? " …" : ""))));
+      }
+    }
+    const order = [...steps.keys()].sort((x, y) => x - y).slice(-50);
+    body.replaceChildren(...[!order.length ? h("p", { class: "muted" }, "Nothing happened to this agent yet.") :
+      h("ol", { class: "timeline" }, order.map((t) => h("li", { class: "tl-step", "data-step": t }, h("b", null, `step ${t}`),
+        h("ul", null, steps.get(t))))),
+      memory.length && m.persona.memory_total > memory.length ? h("p", { class: "muted" }, `its memory's latest ${num(memory.length)} events of ${num(m.persona.memory_total)}`) : null]
+      .filter(Boolean));
+  });
+  return node;
+}
+
 // An agent's mind: a persona's text, its memory and state, its last prompt and its LLM calls,
 // read when asked (at a step, for a finished run's checkpoints).
 function mindPanel(id, agentId) {
@@ -1197,9 +1242,9 @@ function mindPanel(id, agentId) {
     if (p) {
       parts.push(h("div", { class: "msg-label" }, "persona: what its model is told about itself" +
         (p.source === "rendered" ? " (rendered from its profile and the run's settings.persona)" : "")),
-        p.error ? h("p", { class: "error" }, p.error) : null,
-        p.text ? h("pre", { id: "mind-persona", class: "persona" }, p.text)
-          : h("p", { class: "muted", id: "mind-persona" }, "Its model is told no persona (settings.persona shows no column, and it has no background)."));
+        p.error ? h("p", { class: "muted", id: "mind-persona" }, p.error)
+          : p.text ? h("pre", { id: "mind-persona", class: "persona" }, p.text)
+            : h("p", { class: "muted", id: "mind-persona" }, "Its model is told no persona (settings.persona shows no column, and it has no background)."));
     }
     const fields = Object.entries((st && st.fields) || {});
     if (fields.length) parts.push(h("div", { class: "msg-label" }, "state"), kvTable(Object.fromEntries(fields), "mind-fields"));
