@@ -1,7 +1,7 @@
 """Pause, single step and resume a live run from the studio page (issue 29), in real
 Chromium at 1280×800.
 
-A game of 20,000 agents on the dummy model (0.5 s an answer, 4 rounds) is started from the
+A game of 100,000 agents on the dummy model (0.5 s an answer, 4 rounds) is started from the
 page and paused: it holds once the step in progress is written, and holds on (its step
 count does not move). Meanwhile an agent's Mind is read from the running simulation and the
 agent is interviewed; **Step** plays one more step and holds again; **Resume** plays the
@@ -30,7 +30,7 @@ require()
 
 @pytest.fixture
 def studio(tmp_path: Path, run_file: Callable[..., Path]) -> Iterator[tuple[StudioServer, Path]]:
-    run_file(tmp_path / "hold.yaml", name="hold", agents=20_000, rounds=4, latency=0.5)
+    run_file(tmp_path / "hold.yaml", name="hold", agents=100_000, rounds=4, latency=0.5)
     runs = Runs(tmp_path / "runs", roots=[tmp_path])
     server = StudioServer(runs, port=0, interval=0.25)
     server.start()
