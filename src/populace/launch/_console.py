@@ -163,8 +163,10 @@ def sampling_lines(summary: dict[str, Any]) -> list[str]:
     for model, n in shared.items():
         line = f"{model}: {n:,} decisions answered by archetypes"
         if made.get(model):
+            ratio = individual[model] / made[model]
+            times = f"{ratio:,.1f}" if ratio < 10 else f"{ratio:,.0f}"
             line += (f" ({made[model]:,} calls; asking every agent: ~{individual[model]:,}, "
-                     f"{individual[model] / made[model]:,.0f}x)")
+                     f"{times}x)")
         if model in worst:
             value, decision, step, d = worst[model]
             kind = "TV" if "tv" in d else "Wasserstein"
