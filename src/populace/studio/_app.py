@@ -19,6 +19,7 @@ Endpoints (all under the security rules of ``_security``)::
     GET  /api/runs/{id}/view                what its scenario declares for the panels
     GET  /api/runs/{id}/shares              its categorical metrics, step by step
     GET  /api/runs/{id}/branch              a fork beside its source, step by step
+    GET  /api/runs/{id}/sampling            archetype sampling: each step's audit
     GET  /api/runs/{id}/workers             each process's CPU and memory over the run
     GET  /api/configs                       run files the studio may start
     GET  /runs/{id}/report/                 the run's report.html (and files it links)
@@ -63,7 +64,13 @@ from ._agents import AgentBrowser, AgentQueryError, UnknownAgent
 from ._control import add_routes
 from ._runs import Damaged, NotFound, Refused, Runs
 from ._security import Guard, _refuse, is_loopback
-from ._view import branch_view, categorical_history, scenario_view, state_describer
+from ._view import (
+    branch_view,
+    categorical_history,
+    sampling_history,
+    scenario_view,
+    state_describer,
+)
 
 STATIC = Path(__file__).parent / "static"
 REPORT_FILES = (".html", ".png", ".svg", ".jpg", ".jpeg", ".css", ".js", ".json", ".csv")
@@ -315,6 +322,10 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
         path = runs.check(run_id)
         view, _ = await asyncio.to_thread(declared, run_id, path)
         return await asyncio.to_thread(categorical_history, path, view["categorical"])
+
+    @app.get("/api/runs/{run_id}/sampling")
+    async def sampling(run_id: str) -> dict[str, Any]:
+        return await asyncio.to_thread(sampling_history, runs.check(run_id))
 
     @app.get("/api/runs/{run_id}/workers")
     def workers(run_id: str) -> dict[str, Any]:

@@ -130,6 +130,10 @@ def _shares(value: Any) -> dict[str, float] | None:
     return {k: round(v, 6) for k, v in items}
 
 
+#: Rows of archetype sampling the studio shows (the latest).
+MAX_SAMPLING_ROWS = 400
+
+
 def categorical_history(run_dir: Path, names: list[str]) -> dict[str, Any]:
     """The categorical metrics ``names`` of every written step (the latest
     :data:`MAX_SHARE_STEPS`), from ``summary.json``: ``{name: {"steps": [...], "questions":
@@ -164,6 +168,35 @@ def categorical_history(run_dir: Path, names: list[str]) -> dict[str, Any]:
                     column.append(None)
         out[name] = {"steps": steps, "questions": questions}
     return out
+
+
+def sampling_history(run_dir: Path) -> dict[str, Any]:
+    """Archetype sampling per written step, from ``summary.json``: ``{"rows": [...]}``, one
+    row per step, model and decision (the audit's distance and interval, the decisions the
+    archetypes answered, the calls made and what asking every agent would have taken)."""
+    from populace.results import read_summary
+
+    try:
+        summary = read_summary(run_dir)
+    except (OSError, ValueError):
+        summary = {}
+    rows = []
+    for e in summary.get("steps") or []:
+        if not isinstance(e, Mapping):
+            continue
+        for model, got in (e.get("sampling") or {}).items():
+            calls = (e.get("llm") or {}).get(model, {}).get("requests")
+            individual = (got.get("individual") or {}).get("calls")
+            for decision, d in list((got.get("decisions") or {}).items())[:MAX_QUESTIONS]:
+                kind = "TV" if "tv" in d else "Wasserstein"
+                rows.append({"step": e.get("step"), "model": model, "decision": decision[:80],
+                             "audited": d.get("audited"), "kind": kind,
+                             "value": d.get("tv", d.get("wasserstein")), "low": d.get("low"),
+                             "high": d.get("high"), "shared": got.get("shared"),
+                             "calls": calls, "individual": individual,
+                             "fell_back": decision.split("=")[0] in (got.get("fell_back")
+                                                                     or ())})
+    return {"rows": rows[-MAX_SAMPLING_ROWS:]}
 
 
 def _numbers(entry: Mapping[str, Any]) -> list[str]:

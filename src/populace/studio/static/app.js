@@ -262,6 +262,7 @@ function runView(id) {
   const interventions = intervenePanel(id, (m) => { marks = m; if (lastSeries) renderMetrics(lastSeries); });
   const shares = sharesPanel(id);
   const branch = branchPanel(id);
+  const sampling = samplingPanel(id);
   setView(
     h("section", { class: "card" },
       h("div", { class: "row" }, el.title, el.status, el.pauseState, h("span", { class: "spacer" }), el.links, el.report,
@@ -276,6 +277,7 @@ function runView(id) {
     branch.node,
     h("div", { class: "grid", id: "manage" }, interviews.node, interventions.node),
     shares.node,
+    sampling.node,
     box("distributions", "Distributions"),
     h("div", { class: "grid" },
       box("llm", "LLM"),
@@ -356,7 +358,7 @@ function runView(id) {
     renderAnswers(snap.answers || {}, snap.live);
     renderMetrics(snap.series || {});
     renderDistributions(snap.distributions || {});
-    for (const panel of [interviews, interventions, fork, shares, branch]) panel.update(snap);
+    for (const panel of [interviews, interventions, fork, shares, branch, sampling]) panel.update(snap);
     renderLLM(snap.llm || {});
     renderWorkers(snap);
     const env = Object.entries(snap.environment || {});
@@ -1058,6 +1060,43 @@ function branchPanel(id) {
 }
 
 // Fork: the steps table's "Fork" opens this form for its step; it starts a new live run.
+// Archetype sampling (a model's sampling:): per step and decision, how far the audited
+// agents' own answers are from their archetypes', read when a step ends.
+function samplingPanel(id) {
+  const body = h("div", { id: "sampling" });
+  const node = h("section", { class: "card", id: "sampling-card", hidden: true },
+    h("h3", null, "Archetype sampling: the audit"), body);
+  let stepsDone = null;
+  const fmt = (x) => (x === null || x === undefined ? "–" : Number(x).toFixed(3));
+  async function load() {
+    let data;
+    try {
+      data = await api(`/api/runs/${enc(id)}/sampling`);
+    } catch (e) {
+      body.replaceChildren(h("p", { class: "error" }, e.message));
+      return;
+    }
+    node.hidden = !data.rows.length;
+    const steps = new Map();
+    for (const r of data.rows) steps.set(`${r.step}/${r.model}`, r);
+    body.replaceChildren(
+      h("p", { class: "muted" }, "Per step: decisions the archetypes answered, calls made, and what asking every agent would have taken (estimated from the audited agents)."),
+      table(["step", "model", "answered by archetypes", "calls", "asking everyone"], [...steps.values()].map((r) => ({
+        cells: [r.step, r.model, num(r.shared), num(r.calls), r.individual ? `~${num(r.individual)}` : "–"] })), { numeric: [2, 3, 4] }),
+      h("div", { class: "msg-label" }, "the audit: own answers against the archetype's, same agents (95% interval)"),
+      table(["step", "decision", "audited", "distance", "interval", ""], data.rows.map((r) => ({
+        cells: [r.step, r.decision, num(r.audited), `${r.kind} ${fmt(r.value)}`, `${fmt(r.low)} – ${fmt(r.high)}`, r.fell_back ? "fell back" : ""] })), { numeric: [2] }));
+  }
+  load();
+  return {
+    node,
+    update(snap) {
+      if (stepsDone !== null && snap.steps_done !== stepsDone) load();
+      stepsDone = snap.steps_done;
+    },
+  };
+}
+
 function forkPanel(id) {
   const stepText = h("b", { id: "fork-step" });
   const sets = h("textarea", { id: "fork-set", rows: 1, placeholder: `optional changes: ${GENERIC.examples.changes} (one key=value a line when values hold spaces)` });
