@@ -230,6 +230,18 @@ def test_metric_cards_headline_the_latest_values(survey: tuple[StudioServer, str
     }""")
     assert [n for _, n in lines] == [1, 1, 1], lines
 
+    # A card clicked opens its metric over the steps, large: a point per step, the step of
+    # the interventions marked; clicked again, it closes.
+    page.click("#metric-charts .spark[data-metric=prompt_tokens]")
+    page.wait_for_selector("#metric-detail-svg")
+    points = page.eval_on_selector_all("#metric-detail-svg circle.dot",
+                                       "cs => cs.map(c => [c.dataset.step, c.dataset.value])")
+    series = snapshot(server, run_id)["series"]["metrics"]["prompt_tokens"]
+    assert points == [[str(t), str(v)] for t, v in zip([1, 2, 3], series, strict=True)], points
+    assert page.locator("#metric-detail-svg line.fork-at").count() == 1  # step 2's ⚑
+    page.click("#metric-charts .spark[data-metric=prompt_tokens]")
+    page.wait_for_selector("#metric-detail-svg", state="detached")
+
 
 def test_the_answers_panel_shows_each_questions_shares(survey: tuple[StudioServer, str],
                                                        page: Any) -> None:

@@ -206,6 +206,34 @@ function histogram(hist, opts = {}) {
 }
 
 // One metric over the steps: a small line chart, its last value and its range.
+// One metric over the steps, large: axes with the range and the steps, a point per step
+// (hover: its value), the fork point or interventions as marks when given.
+function metricChart(name, steps, values, marks) {
+  const W = 900, H = 240, left = 64, right = 16, top = 14, bottom = 30;
+  const pts = values.map((v, i) => [steps[i], typeof v === "boolean" ? Number(v) : v]).filter(([, v]) => typeof v === "number");
+  if (!pts.length) return h("p", { class: "muted" }, `${name}: no step reported a number.`);
+  const ys = pts.map(([, v]) => v), xs = steps;
+  let ymin = Math.min(...ys), ymax = Math.max(...ys);
+  if (ymin === ymax) { ymin -= Math.abs(ymin) * 0.1 || 1; ymax += Math.abs(ymax) * 0.1 || 1; }
+  const xmin = Math.min(...xs), xmax = Math.max(...xs);
+  const x = (t) => left + ((t - xmin) / (xmax - xmin || 1)) * (W - left - right);
+  const y = (v) => H - bottom - ((v - ymin) / (ymax - ymin)) * (H - top - bottom);
+  const fmt = (v) => (name === "wall_s" ? secs(v) : val(v));
+  const d = pts.map(([t, v], i) => `${i ? "L" : "M"}${x(t).toFixed(1)},${y(v).toFixed(1)}`).join(" ");
+  const ticks = [...new Set([xmin, Math.round((xmin + xmax) / 2), xmax])];
+  return s("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", id: "metric-detail-svg", role: "img", "aria-label": `${name} per step` },
+    s("line", { class: "axis", x1: left, y1: H - bottom, x2: W - right, y2: H - bottom }),
+    s("line", { class: "axis", x1: left, y1: top, x2: left, y2: H - bottom }),
+    s("text", { x: left - 6, y: top + 4, "text-anchor": "end" }, fmt(ymax)),
+    s("text", { x: left - 6, y: H - bottom, "text-anchor": "end" }, fmt(ymin)),
+    ticks.map((t) => s("text", { x: x(t), y: H - 10, "text-anchor": "middle" }, `step ${t}`)),
+    [...(marks || new Map()).keys()].filter((t) => t >= xmin && t <= xmax).map((t) =>
+      s("line", { class: "fork-at", x1: x(t), x2: x(t), y1: top, y2: H - bottom }, s("title", null, `step ${t}: ${(marks.get(t) || []).join("; ")}`))),
+    s("path", { class: "line", d }),
+    pts.map(([t, v]) => s("circle", { class: "dot", cx: x(t), cy: y(v), r: pts.length > 60 ? 1.5 : 3, "data-step": t, "data-value": v },
+      s("title", null, `step ${t}: ${fmt(v)}`))));
+}
+
 function spark(name, steps, values) {
   const W = 260, H = 64, pad = 4;
   const pts = values.map((v, i) => [steps[i], typeof v === "boolean" ? Number(v) : v])
@@ -393,7 +421,7 @@ function runView(id) {
       (a.std === 0 ? ` · all ${val(a.mean)}` : ` · mean ${val(a.mean)} · std ${val(a.std)}`);
   }
 
-  let metricsKey = "";
+  let metricsKey = "", chosen = null;
   function renderMetrics(series) {
     lastSeries = series;
     const key = JSON.stringify([series, [...marks]]);
@@ -413,9 +441,22 @@ function runView(id) {
     };
     const exportLink = h("a", { href: "#", id: "metrics-csv", download: `${id}-steps.csv` }, "Download CSV");
     exportLink.addEventListener("click", () => { exportLink.href = csv(); });
+    // A card clicked opens its metric large, below the cards (clicked again: closed).
+    const detail = h("div", { id: "metric-detail", hidden: !chosen || !series.metrics[chosen] });
+    if (chosen && series.metrics[chosen]) {
+      detail.append(h("div", { class: "spark-head" }, h("b", null, chosen), h("span", { class: "muted" }, "per step; ⚑ interventions")),
+        metricChart(chosen, steps, series.metrics[chosen], marks));
+    }
+    const cards = metrics.map(([k, v]) => {
+      const card = spark(k, steps, v);
+      card.classList.add("click");
+      if (k === chosen) card.classList.add("chosen");
+      card.addEventListener("click", () => { chosen = chosen === k ? null : k; metricsKey = ""; renderMetrics(series); });
+      return card;
+    });
     el.metrics.replaceChildren(
-      h("div", { class: "row metrics-tools" }, h("span", { class: "spacer" }), exportLink),
-      h("div", { class: "sparks", id: "metric-charts" }, metrics.map(([k, v]) => spark(k, steps, v))),
+      h("div", { class: "row metrics-tools" }, h("span", { class: "muted" }, "Click a metric for its chart."), h("span", { class: "spacer" }), exportLink),
+      h("div", { class: "sparks", id: "metric-charts" }, cards), detail,
       series.omitted ? h("p", { class: "muted" }, `${series.omitted} more metrics not shown`) : "",
       h("div", { class: "steps-table" }, table(["step", ...metrics.map(([k]) => breakable(k)), ""], rows,
         { id: "metrics-table", numeric: metrics.map((_, i) => i + 1) })));
