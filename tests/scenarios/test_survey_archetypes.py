@@ -103,3 +103,13 @@ def test_kill_9_mid_questionnaire_then_resume_equals_an_undisturbed_run(
     assert read_table(out, "answers").equals(read_table(whole, "answers"))
     assert [e["sampling"] for e in read_summary(out)["steps"][1:]] == \
         [e["sampling"] for e in read_summary(whole)["steps"][1:]]
+
+
+def test_archetypes_of_a_column_the_profiles_lack_are_refused_before_step_1(
+        tmp_path: Path) -> None:
+    done = populace("run", example(tmp_path, by=["age", "educaton"]), "--out",
+                    tmp_path / "out")
+    assert done.returncode == 2, done.stderr
+    line, = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: {tmp_path / 'run.yaml'}: models.scripted.sampling.by.1: "
+                           "no profile column 'educaton' (have: age, "), line

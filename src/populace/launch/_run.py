@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 import numpy as np
 import pyarrow as pa
 
+from populace.agents import Persona
 from populace.core import (
     Agent,
     AgentGroup,
+    ConfigError,
     PerWorker,
     PlaceholderSet,
     PopulaceError,
@@ -256,6 +258,8 @@ class Run:
             raise ValueError(f"agents named {label!r} exist already; pass another name=")
         if profiles is None and self.population is not None:
             profiles = self.population.drop_columns(["agent_id"])
+        if issubclass(cls, Persona):
+            self._check_sampling(profiles)
         t0 = time.perf_counter()
         hooks = [h for o in self._observers if (h := getattr(o, "creating", None))]
 
@@ -275,6 +279,18 @@ class Run:
             self._created.append(given.add_column(0, "agent_id", pa.array(group.ids)))
         self.groups[label] = (cls, group)
         return group
+
+    def _check_sampling(self, profiles: Any) -> None:
+        """Refuse, in one line naming the run file and the key, archetypes made of a
+        column that the personas' profiles lack (before any of them is asked)."""
+        have = list(getattr(profiles, "column_names", None) or profiles or ())
+        for name, config in self.options.models.items():
+            by = config.sampling.by if config.sampling is not None else []
+            for i, column in enumerate(by):
+                if column not in have:
+                    listed = ", ".join(c for c in have if c != "agent_id") or "none"
+                    raise ConfigError(f"{self.run_file.path}: models.{name}.sampling.by.{i}: "
+                                      f"no profile column {column!r} (have: {listed})")
 
     async def serve(self, env: Env, *, max_concurrency: int = 64
                     ) -> EnvService | RemoteEnvService:
