@@ -38,3 +38,22 @@ def test_a_server_that_never_answers_is_reported_within_the_timeout(
     assert "Traceback" not in stderr
     assert stderr.splitlines()[-1].startswith("error: ")
     assert read_summary(out)["status"] == "failed"
+
+
+def test_a_server_that_answers_slowly_is_not_reported(
+        tmp_path: Path, populace: Callable[..., Any]) -> None:
+    """A respondent asks three questions of 1.5 s each: no answer of the step for 4.5 s,
+    more than the timeout, while the server answers every call — nothing to report."""
+    server = populace("serve-llm", "--port", "0", "--latency", "1.5")
+    base_url = server.wait_for("serving dummy at ", timeout=60).split(" at ", 1)[1].split()[0]
+    path = tmp_path / "run.yaml"
+    path.write_text(json.dumps({
+        "scenario": "survey", "name": "slow", "seed": 5, "agents": 3,
+        "models": {"llm": {"provider": "openai", "model": "dummy", "base_urls": [base_url],
+                           "timeout": 2}},
+        "settings": {"questionnaire": {"instructions": "A survey.", "questions": [
+            {"id": f"q{i}", "type": "single_choice", "text": f"Question {i}?",
+             "options": ["yes", "no"]} for i in range(3)]}},
+    }))
+    status, _, stderr = populace("run", path, "--out", tmp_path / "out").finish(timeout=120)
+    assert (status, stderr) == (0, "")

@@ -471,6 +471,7 @@ class Run:
         every = 60 * self.options.checkpoint_minutes
         stall = self._stall_after()
         seen, quiet_since, told = answers.n_done, time.monotonic(), 0
+        calls = self._calls_answered() if stall is not None else 0
         while not answers.done():
             await wait([answers], timeout=0.1)
             try:
@@ -480,8 +481,12 @@ class Run:
                 if answers.n_done != seen:
                     seen, quiet_since, told = answers.n_done, now, 0
                 elif stall is not None and now - quiet_since >= stall * 2**told:
-                    told += 1  # said again each time the wait doubles
-                    self._stalled(now - quiet_since, answers.n_done, len(answers))
+                    answered = self._calls_answered()
+                    if answered != calls:  # the models answer (an agent's several calls)
+                        calls, quiet_since, told = answered, now, 0
+                    else:
+                        told += 1  # said again each time the wait doubles
+                        self._stalled(now - quiet_since, answers.n_done, len(answers))
             except Exception as e:
                 raise ObserverFailed(e) from e
             if partial is not None and time.monotonic() - saved_at >= every:
@@ -505,6 +510,11 @@ class Run:
         timeouts = [t for m in self.options.models.values()
                     if isinstance(t := getattr(m, "timeout", None), int | float)]
         return float(min(timeouts)) if timeouts else None
+
+    def _calls_answered(self) -> int:
+        """Model calls answered so far, over every worker (neither waiting nor given up)."""
+        return sum(m.requests - m.in_flight - m.failures for m in model_stats(
+            r for w in self.sim.statistics().workers for r in w.resources))
 
     def _stalled(self, quiet: float, done: int, total: int) -> None:
         """No answer for ``quiet`` seconds: one line, to every observer that shows lines,
