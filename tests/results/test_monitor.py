@@ -608,3 +608,26 @@ def test_the_worker_history_covers_the_whole_run_in_240_samples() -> None:
     assert first["workers"] == [0, 1] and second["workers"] == [2]
     assert len(first["cpu_pct"]) == len(first["rss_mb"]) == len(data["t"])
     assert first["rss_mb"][-1] == 100.0 + data["t"][-1]
+
+
+def test_live_choices_count_what_a_measure_categorises() -> None:
+    class Measure:
+        def __call__(self, values: Any) -> tuple[np.ndarray, np.ndarray]:
+            return np.ones(len(values)), np.full(len(values), np.nan)
+
+        def categories(self, values: Any) -> tuple[np.ndarray, np.ndarray]:
+            q = np.array([i % 2 for i in range(len(values))])
+            return q, np.array(values) % 3
+
+    monitor = RunMonitor()
+    monitor.run_started(name="x", agents=6)
+    monitor._reset_step(1, 6)
+    monitor._measure = Measure()
+    monitor._answers = dataclasses.make_dataclass("Answers", ["n_done", "n_failed"])(
+        6, 0)  # type: ignore[assignment]
+    monitor._arrived([0, 1, 2, 3, 4, 5], [])
+    monitor._drain()
+    # question 0: values 0, 2, 4 → options 0, 2, 1; question 1: 1, 3, 5 → 1, 0, 2
+    assert monitor.snapshot().to_json()["choices"] == [[1, 1, 1], [1, 1, 1]]
+    monitor._reset_step(2, 6)
+    assert monitor.snapshot().choices == ()

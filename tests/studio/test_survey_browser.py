@@ -1,8 +1,8 @@
 """The studio reads a survey as well as it reads the game (issue 29), in real Chromium at
 1280×800.
 
-A survey of 3,000 respondents on the scripted model (3 s a question, three waves of
-two or three questions) is
+A survey of 3,000 respondents on the scripted model (2 s a question, three waves of
+two or three questions, asked 1,500 at a time) is
 started from the page. While its first wave is asked: the answers panel shows no empty
 histogram axis, the Intervene card names the step the server schedules for, and an agent's
 Mind holds its state from the running simulation without blaming a dummy model. Once it
@@ -66,13 +66,14 @@ agents: 3000
 seed: 7
 workers: 2
 models:
-  scripted: {provider: scripted, latency: 3.0}
+  scripted: {provider: scripted, latency: 2.0}
 population:
   aspects:
     age_group: {template: age}
     gender: {template: gender}
 settings:
   questionnaire: questionnaire.yaml
+  batch: 1500          # two batches a wave: the first one's shares show while the second goes
 """
 
 
@@ -185,6 +186,22 @@ def test_while_the_first_wave_is_asked(survey: tuple[StudioServer, str], page: A
         wrong.append("3: " + mind.replace("\n", " ")[:300])
     assert page.locator("#profile-table").count() == 1
     assert wrong == []
+
+
+def test_live_answer_shares(survey: tuple[StudioServer, str], page: Any) -> None:
+    # While a wave is asked: each question's shares among the answers in so far (the first
+    # batch's, at least, while the second one goes).
+    server, run_id = survey
+    open_run(page, server, run_id, done=False)
+    page.wait_for_selector("#answers-shares.live .share-latest", timeout=60_000)
+    blocks = page.locator("#answers-shares.live .share-latest")
+    for k in range(blocks.count()):
+        text = blocks.nth(k).inner_text()
+        found = re.search(r"step \d, so far: ([\d,]+)", text)
+        assert found and 0 < int(found.group(1).replace(",", "")) <= 3000, text
+        percents = [float(p) for p in re.findall(r"([\d.]+)%", text)]
+        assert 97 <= sum(percents) <= 103, text
+    shot(page, "26-survey-live-shares-1280")
 
 
 def test_the_steps_table_keeps_its_buttons_in_its_card(survey: tuple[StudioServer, str],

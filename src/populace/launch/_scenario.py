@@ -57,6 +57,10 @@ class StudioView:
     #: ``{question: {option: share}}``. Drawn as stacked shares per step; the last step's
     #: also in the answers panel.
     categorical: tuple[str, ...] = ()
+    #: The questions and options of the live answer shares — ``((question, (option,
+    #: …)), …)`` in the order of the question indexes its measure's ``categories`` gives
+    #: (:data:`~populace.launch.Measure`) — shown while a step collects.
+    choices: tuple[tuple[str, tuple[str, ...]], ...] = ()
     #: Example texts of the page's forms: an interview question, a profile query, a
     #: message to agents, a fork's changed settings.
     question: str | None = None

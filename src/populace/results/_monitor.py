@@ -40,6 +40,8 @@ from populace.core import ModelError, PlaceholderSet, Simulation, SimulationStat
 from populace.llm import ModelStats, model_stats
 
 #: Turns a batch of arrived replies into (numbers, NaN where invalid; latencies in seconds).
+#: A measure may also have a ``categories(replies)`` method giving the choices in them, as
+#: two integer arrays (question index, option index, both from 0): the live answer shares.
 Measure = Callable[[Sequence[Any]], tuple[np.ndarray, np.ndarray]]
 
 #: How a run ends (the launcher's vocabulary); before that: starting, running, stopping.
@@ -57,6 +59,8 @@ MAX_ENDPOINTS = 32
 MAX_ENV_KEYS = 40
 AUTO_BINS = 50           # bins of the live histogram when the scenario gives no range
 HISTORY_POINTS = 240     # samples of each process's CPU and memory kept for the whole run
+MAX_CHOICE_QUESTIONS = 40  # live answer shares: questions × options counted, at most
+MAX_CHOICE_OPTIONS = 24
 HISTORY_PROCESSES = 16
 
 # Latency histogram: 50 bins per decade from 1 ms to 10,000 s (about 5 % resolution).
@@ -229,6 +233,9 @@ class RunSnapshot:
     nodes: tuple[NodeRow, ...] = ()  # per node totals of the workers
     #: a fork's source: ``run`` (its directory's name), ``step``, ``set`` (the changes)
     forked_from: Mapping[str, Any] | None = None
+    #: the step in progress's choices so far (a measure with ``categories``):
+    #: ``counts[question][option]``
+    choices: tuple[tuple[int, ...], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON types only (no NaN, no numpy scalars)."""
@@ -742,7 +749,8 @@ class RunMonitor:
             workers=self._workers,
             workers_omitted=max(0, len(self._all_workers), int(info.get("workers") or 0))
             - len(self._workers),
-            environment=dict(self._env), nodes=self._nodes, forked_from=self.forked_from)
+            environment=dict(self._env), nodes=self._nodes, forked_from=self.forked_from,
+            choices=tuple(tuple(row) for row in self._choices.tolist()))
 
     # -- internals ---------------------------------------------------------------------------
     def _cpu_pct(self, where: tuple[str | None, int], cpu_s: float | None,
@@ -787,6 +795,9 @@ class RunMonitor:
         self._answers = None
         self._measure = None
         self._collect_started = time.monotonic()
+        if step != getattr(self, "_choices_step", None):  # a step's batches add up
+            self._choices = np.zeros((0, 0), dtype=np.int64)
+            self._choices_step = step
 
     def _arrived(self, values: Sequence[Any], errors: Sequence[BaseException]) -> None:
         # On the delivery path: only keep references; _drain does the work.
@@ -818,6 +829,9 @@ class RunMonitor:
         numbers = np.concatenate([np.asarray(m[0], dtype=np.float64) for m in measured])
         latency = np.concatenate([self._latency(np.asarray(m[1], dtype=np.float64), at)
                                   for m, (_, at) in zip(measured, pending, strict=True)])
+        categories = getattr(self._measure, "categories", None)
+        if callable(categories):
+            self._count_choices([categories(b) for b, _ in pending])
         ok = numbers[np.isfinite(numbers)]
         edges, counts = self._binned
         if ok.size:
@@ -836,6 +850,22 @@ class RunMonitor:
                           len(self._lat) - 1)
             self._lat = self._lat + np.bincount(idx, minlength=len(self._lat))
         self._seq += 1
+
+    def _count_choices(self, found: Sequence[tuple[Any, Any]]) -> None:
+        """Add choices (question and option indexes) to the step's counts: a new array,
+        grown to the largest indexes seen (at most 40 questions of 24 options)."""
+        qs = np.concatenate([np.asarray(q, dtype=np.int64) for q, _ in found])
+        os_ = np.concatenate([np.asarray(o, dtype=np.int64) for _, o in found])
+        keep = (qs >= 0) & (qs < MAX_CHOICE_QUESTIONS) & (os_ >= 0) & (os_ < MAX_CHOICE_OPTIONS)
+        qs, os_ = qs[keep], os_[keep]
+        if not qs.size:
+            return
+        old = self._choices
+        shape = (max(old.shape[0], int(qs.max()) + 1), max(old.shape[1], int(os_.max()) + 1))
+        counts = np.zeros(shape, dtype=np.int64)
+        counts[:old.shape[0], :old.shape[1]] = old
+        np.add.at(counts, (qs, os_), 1)
+        self._choices = counts
 
     def _latency(self, given: np.ndarray, arrived: float) -> np.ndarray:
         """Seconds per answer of one batch: the measure's, else (all NaN: a measure that

@@ -83,6 +83,7 @@ def scenario_view(run_dir: Path) -> dict[str, Any]:
         "scenario": cls.name if cls is not None else None,
         "answers": declared.answers,
         "categorical": list(declared.categorical),
+        "choices": [[str(q), [str(o) for o in options]] for q, options in declared.choices],
         "examples": {"question": declared.question or QUESTION, "where": where,
                      "message": declared.message or MESSAGE,
                      "changes": declared.changes or CHANGES},

@@ -261,8 +261,14 @@ class Survey(Scenario):
     @classmethod
     def studio(cls, config: Mapping[str, Any]) -> StudioView:
         """The studio draws each question's answer shares (``marginals``) per step."""
+        try:
+            questions = Questionnaire.model_validate(
+                (config.get("settings") or {})["questionnaire"]).questions
+        except (KeyError, TypeError, ValueError):
+            questions = ()
         return StudioView(answers="share of a respondent's answers that were valid",
                           categorical=("marginals",),
+                          choices=tuple((x.id, tuple(x.options)) for x in questions),
                           question="Why did you answer the last question as you did?",
                           message="A reminder: your answers are anonymous.")
 
@@ -290,6 +296,7 @@ class Survey(Scenario):
         config: SurveyConfig = run.config
         settings = run.settings
         self.questionnaire = q = config.questionnaire
+        self.measure = _Measure(q)
         self.ids = np.arange(run.agents, dtype=np.int64)
         people = run.population
         profiles = people if people is not None else pa.table({"agent_id": self.ids})
@@ -340,7 +347,7 @@ class Survey(Scenario):
         for start in range(0, n, batch):  # a batch at a time: answers in flight stay bounded
             group = self.respondents if batch >= n else self.respondents[start:start + batch]
             results = await run.collect(
-                group.map(Respondent.answer, wave), measure=_valid_share,
+                group.map(Respondent.answer, wave), measure=self.measure,
                 partial=("answers", self._rows(wave, start, done)), on_error="return",
                 progress=(start, n))
             table = self.table(wave, self.ids[start:start + len(results)], results)
@@ -463,6 +470,27 @@ def _valid_share(values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
     share = np.fromiter((np.frombuffer(v[0], ROW_DTYPE)["valid"].mean() if v[0] else np.nan
                          for v in values), np.float64, len(values))
     return share, np.full(len(values), np.nan)
+
+
+class _Measure:
+    """The live view of a wave's answers: each respondent's share of valid answers
+    (:func:`_valid_share`), and the options chosen (:meth:`categories`) for the studio's
+    live answer shares."""
+
+    def __init__(self, questionnaire: Questionnaire) -> None:
+        self.chosen = np.array([q.type in CHOICE or q.coded
+                                for q in questionnaire.questions], dtype=bool)
+
+    def __call__(self, values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+        return _valid_share(values)
+
+    def categories(self, values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """(question index, option index from 0) of every valid choice in ``values``."""
+        rows = np.frombuffer(b"".join(v[0] for v in values if not isinstance(v, BaseException)),
+                             ROW_DTYPE)
+        q, code = rows["question"].astype(np.int64), rows["code"]
+        ok = (rows["valid"] == 1) & self.chosen[q] & (code >= 1) & (code == np.floor(code))
+        return q[ok], code[ok].astype(np.int64) - 1
 
 
 def decode(questionnaire: Questionnaire, wave: int, ids: np.ndarray, results: Sequence[Any],

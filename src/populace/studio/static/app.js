@@ -87,7 +87,7 @@ function viewOf(id) {
   if (!declared.has(id)) declared.set(id, api(`/api/runs/${enc(id)}/view`).catch(() => null));
   return declared.get(id);
 }
-const GENERIC = { answers: null, categorical: [], unrecorded_models: [],
+const GENERIC = { answers: null, categorical: [], choices: [], unrecorded_models: [],
   examples: { question: "What matters most to you right now, and why?", where: null,
               message: "An announcement for everyone.", changes: "seed=3" } };
 
@@ -403,8 +403,10 @@ function runView(id) {
 
   function renderAnswers(a, isLive) {
     const what = view.answers || "numbers";
-    if (view.categorical.length) {  // shares of options: the last finished step's, beside the progress
-      el.answers.replaceChildren(shares.latest());
+    if (view.categorical.length) {  // shares of options: the step's so far, else the last finished step's
+      const counts = (lastSnap && lastSnap.choices) || [];
+      const live = !lastSnap.finished && counts.some((row) => row.some((c) => c > 0)) && view.choices.length;
+      el.answers.replaceChildren(live ? shares.live(counts, view.choices, lastSnap.step) : shares.latest());
       el.answersCaption.textContent = !isLive || !a.n ? "" :
         `step ${a.step || "–"}: ${num(a.n)} answered` + (lastSnap && lastSnap.finished ? "" : " so far") + (a.missing ? `, ${num(a.missing)} without a number` : "") +
         (a.mean !== null && a.mean !== undefined ? ` · ${what}: mean ${val(a.mean)}` : "");
@@ -1024,6 +1026,20 @@ function sharesPanel(id) {
     update(snap) {
       if (names.length && stepsDone !== null && snap.steps_done !== stepsDone) load();
       stepsDone = snap.steps_done;
+    },
+    // The step in progress's choices so far: counts[question][option], labelled by the view.
+    live(counts, choices, step) {
+      const blocks = choices.map(([q, options], i) => {
+        const row = counts[i] || [];
+        const n = row.reduce((a, c) => a + c, 0);
+        if (!n) return null;
+        const shares = Object.fromEntries(options.map((o, k) => [o, (row[k] || 0) / n]));
+        return h("div", { class: "share-latest", "data-question": q },
+          h("div", { class: "spark-head" }, h("span", { class: "spark-name" }, q), h("span", { class: "muted" }, `step ${step}, so far: ${num(n)}`)),
+          bar(shares, options),
+          h("div", { class: "share-labels muted" }, options.map((o, k) => h("span", { style: `--c:${colour(k)}` }, `${o} ${pct(shares[o])}`))));
+      }).filter(Boolean);
+      return h("div", { id: "answers-shares", class: "shares-latest live" }, blocks);
     },
     // Each question's latest shares (the answers panel of a scenario of categorical answers).
     latest() {
