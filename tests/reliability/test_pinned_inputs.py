@@ -98,3 +98,49 @@ def test_a_changed_edge_list_is_refused_by_resume_fork_interview_and_report(
     code, _, stderr = run_cli("run", "--resume", out, cwd=tmp_path)
     assert (code, stderr) == (0, "")
     assert read_summary(out)["status"] == "completed"
+
+
+SURVEY = """\
+scenario: survey
+agents: 30
+seed: 3
+models: {dummy: {provider: dummy}}
+population:
+  aspects:
+    party: {values: [Democrat, Republican]}
+settings:
+  questionnaire: questionnaire.yaml
+  reference: ref.csv
+"""
+QUESTIONNAIRE = """\
+instructions: A short survey.
+questions:
+  - {id: happy, type: single_choice, text: "Happy?", options: ["yes", "no"]}
+"""
+REFERENCE = "question,option,share\nhappy,yes,0.6\nhappy,no,0.4\n"
+
+
+def test_a_survey_pins_its_reference_and_keeps_its_questionnaire(tmp_path: Path) -> None:
+    """The reference is read again by the report, a resume, a fork and an interview:
+    changed, each refuses it; the questionnaire is written into config.yaml whole, so a
+    questionnaire file changed after the run changes nothing of it."""
+    (tmp_path / "questionnaire.yaml").write_text(QUESTIONNAIRE)
+    (tmp_path / "ref.csv").write_text(REFERENCE)
+    (tmp_path / "run.yaml").write_text(SURVEY)
+    out = tmp_path / "out"
+    assert run_cli("run", "run.yaml", "--out", out, cwd=tmp_path)[::2] == (0, "")
+    (tmp_path / "questionnaire.yaml").write_text(QUESTIONNAIRE.replace("Happy?", "Sad?"))
+    code, stdout, stderr = run_cli("run", "--resume", out, cwd=tmp_path)
+    assert (code, stderr) == (0, "") and "already complete" in stdout
+    (tmp_path / "ref.csv").write_text(REFERENCE.replace("0.6", "0.7").replace("0.4", "0.3"))
+    before = tree(out)
+    for args in (["run", "--resume", out], ["run", "--fork", out, "--at", "1", "--out",
+                                            tmp_path / "fork"]):
+        code, _, stderr = run_cli(*args, cwd=tmp_path)
+        assert code == 2 and stderr.strip().splitlines() == [
+            f"error: {tmp_path / 'ref.csv'}: changed since the run read it (settings.reference:"
+            f" {len(REFERENCE)} bytes, sha256 " + stderr.split("sha256 ", 1)[1].strip()], stderr
+    code, _, stderr = run_cli("report", out, cwd=tmp_path)
+    assert code == 0 and f"{tmp_path / 'ref.csv'}: changed since the run read it" in stderr
+    assert tree(out) == {**before, **{k: v for k, v in tree(out).items()
+                                      if k.startswith(("figures/", "report.html"))}}
