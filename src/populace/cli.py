@@ -932,6 +932,8 @@ def intervene(
         except ValueError:
             raise _Fail(f"--value {value}: not JSON (text goes in double quotes: "
                         f"'\"{value}\"')", EXIT_CONFIG) from None
+        except RecursionError:
+            raise _Fail("--value: nested too deeply", EXIT_CONFIG) from None
         data = {"step": step, "kind": "environment", "key": key, "value": parsed, "env": env}
     intervention = parse_intervention({k: v for k, v in data.items() if v is not None},
                                       "intervene", flags=True)

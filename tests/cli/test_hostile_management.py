@@ -86,6 +86,17 @@ def test_a_hostile_query_is_one_line(run: Path, capsys: Cap, monkeypatch: Patch,
     assert tree(run) == before
 
 
+def test_an_environment_value_nested_too_deeply_is_one_line(run: Path, capsys: Cap,
+                                                            monkeypatch: Patch) -> None:
+    before = tree(run)
+    for depth, says in ((5000, "error: --value: nested too deeply"),
+                        (100, "error: value: nested too deeply (at most 32 levels)")):
+        line = refused(capsys, monkeypatch, "intervene", run, "--step", "2", "--key", "k",
+                       "--value", "[" * depth + "]" * depth)
+        assert line == says
+    assert tree(run) == before
+
+
 def test_a_question_that_is_not_utf8_is_one_line(run: Path, capsys: Cap,
                                                 monkeypatch: Patch) -> None:
     before = tree(run)
