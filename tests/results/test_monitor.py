@@ -628,6 +628,6 @@ def test_live_choices_count_what_a_measure_categorises() -> None:
     monitor._arrived([0, 1, 2, 3, 4, 5], [])
     monitor._drain()
     # question 0: values 0, 2, 4 → options 0, 2, 1; question 1: 1, 3, 5 → 1, 0, 2
-    assert monitor.snapshot().to_json()["choices"] == [[1, 1, 1], [1, 1, 1]]
+    assert monitor.snapshot().to_json()["choices"] == {"0": [1, 1, 1], "1": [1, 1, 1]}
     monitor._reset_step(2, 6)
-    assert monitor.snapshot().choices == ()
+    assert monitor.snapshot().choices == {}

@@ -202,6 +202,9 @@ def test_live_answer_shares(survey: tuple[StudioServer, str], page: Any) -> None
         percents = [float(p) for p in re.findall(r"([\d.]+)%", text)]
         assert 97 <= sum(percents) <= 103, text
     shot(page, "26-survey-live-shares-1280")
+    # The live update, shares included, stays small.
+    size = len(json.dumps(snapshot(server, run_id), separators=(",", ":")).encode())
+    assert size <= 5_000, size
 
 
 def test_the_steps_table_keeps_its_buttons_in_its_card(survey: tuple[StudioServer, str],

@@ -233,9 +233,9 @@ class RunSnapshot:
     nodes: tuple[NodeRow, ...] = ()  # per node totals of the workers
     #: a fork's source: ``run`` (its directory's name), ``step``, ``set`` (the changes)
     forked_from: Mapping[str, Any] | None = None
-    #: the step in progress's choices so far (a measure with ``categories``):
-    #: ``counts[question][option]``
-    choices: tuple[tuple[int, ...], ...] = ()
+    #: the step in progress's choices so far (a measure with ``categories``): per question
+    #: index asked, the count of each option
+    choices: Mapping[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON types only (no NaN, no numpy scalars)."""
@@ -750,7 +750,7 @@ class RunMonitor:
             workers_omitted=max(0, len(self._all_workers), int(info.get("workers") or 0))
             - len(self._workers),
             environment=dict(self._env), nodes=self._nodes, forked_from=self.forked_from,
-            choices=tuple(tuple(row) for row in self._choices.tolist()))
+            choices={q: tuple(row) for q, row in enumerate(self._choices.tolist()) if any(row)})
 
     # -- internals ---------------------------------------------------------------------------
     def _cpu_pct(self, where: tuple[str | None, int], cpu_s: float | None,

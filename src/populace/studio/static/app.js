@@ -404,8 +404,8 @@ function runView(id) {
   function renderAnswers(a, isLive) {
     const what = view.answers || "numbers";
     if (view.categorical.length) {  // shares of options: the step's so far, else the last finished step's
-      const counts = (lastSnap && lastSnap.choices) || [];
-      const live = !lastSnap.finished && counts.some((row) => row.some((c) => c > 0)) && view.choices.length;
+      const counts = (lastSnap && lastSnap.choices) || {};
+      const live = !lastSnap.finished && Object.keys(counts).length && view.choices.length;
       el.answers.replaceChildren(live ? shares.live(counts, view.choices, lastSnap.step) : shares.latest());
       el.answersCaption.textContent = !isLive || !a.n ? "" :
         `step ${a.step || "–"}: ${num(a.n)} answered` + (lastSnap && lastSnap.finished ? "" : " so far") + (a.missing ? `, ${num(a.missing)} without a number` : "") +
@@ -1027,10 +1027,11 @@ function sharesPanel(id) {
       if (names.length && stepsDone !== null && snap.steps_done !== stepsDone) load();
       stepsDone = snap.steps_done;
     },
-    // The step in progress's choices so far: counts[question][option], labelled by the view.
+    // The step in progress's choices so far: {question index: [count per option]},
+    // labelled by the view.
     live(counts, choices, step) {
       const blocks = choices.map(([q, options], i) => {
-        const row = counts[i] || [];
+        const row = counts[String(i)] || [];
         const n = row.reduce((a, c) => a + c, 0);
         if (!n) return null;
         const shares = Object.fromEntries(options.map((o, k) => [o, (row[k] || 0) / n]));
