@@ -36,7 +36,7 @@ import numpy as np
 
 from populace.core import Agent, Profile
 from populace.environment import Env, EnvClient, Map2D, Op, Timeline
-from populace.launch import Run, Scenario, ScenarioSettings
+from populace.launch import Run, Scenario, ScenarioSettings, StudioView
 
 TOWNS = ("west", "east")
 
@@ -106,6 +106,13 @@ class Opinions(Scenario):
     name = "opinions"
     defaults = {"agents": 2000, "steps": 14, "workers": 2, "seed": 7}
     answer_range = (0.0, 1.0)  # the studio's live histogram shows tomorrow's opinions
+
+    @classmethod
+    def studio(cls, config: Any) -> StudioView:
+        """What the studio's forms suggest, and what its live histogram shows."""
+        return StudioView(answers="opinions for tomorrow (0 to 1)",
+                          message="The town halls announce a joint festival.",
+                          changes="settings.confidence=0.1")
 
     class Settings(ScenarioSettings):
         size: float = 100.0       # the map is size x size
