@@ -5,7 +5,8 @@ A game of 100,000 agents on the dummy model (0.5 s an answer, 4 rounds) is start
 page and paused: it holds once the step in progress is written, and holds on (its step
 count does not move). Meanwhile an agent's Mind is read from the running simulation and the
 agent is interviewed; **Step** plays one more step and holds again; **Resume** plays the
-rest. Its tables equal those of the same run file played without a pause.
+rest. While it holds, its summary says so (``paused_after``). Its tables equal those of the
+same run file played without a pause.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ def test_pause_step_and_resume_a_live_run(studio: tuple[StudioServer, Path]) -> 
         page.wait_for_timeout(2000)  # it holds: no step is played meanwhile
         assert steps_done(server, run_id) == held
         assert page.inner_text("#status") == "running"
+        summary = read_summary(root / "runs" / run_id)  # the summary says so
+        assert summary["paused_after"] == held and len(summary["steps"]) == held
         page.screenshot(path=str(ARTIFACTS / "25-paused-1280.png"), full_page=True)
 
         # While it holds: an agent's mind, live, and an interview of it.
@@ -103,6 +106,7 @@ def test_pause_step_and_resume_a_live_run(studio: tuple[StudioServer, Path]) -> 
                        cache=root / "cache"))
     path = root / "runs" / run_id
     assert read_summary(path)["status"] == "completed"
+    assert "paused_after" not in read_summary(path)
     mine, theirs = read_table(path), read_table(again)
     keep = [c for c in theirs.column_names if "latency" not in c]
     assert mine.select(keep).equals(theirs.select(keep))

@@ -10,6 +10,7 @@ launcher takes when it reads them at a step's start, so it lands in exactly one 
 A pause holds the run at the next step boundary (after a step is written, checkpoint and
 summary included) until it is resumed or stopped; meanwhile agents are read and
 interviewed as between any two steps. A single step plays one more step, then holds again.
+While it holds, the run's ``summary.json`` says so (``paused_after``: the step written).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from populace.core import Agent, ConfigError, PopulaceError
+from populace.results import RunDirectory
 
 from . import _interventions
 
@@ -36,6 +38,21 @@ def _state(agent: Agent) -> tuple[Any, Any]:
     # an agent that says what it holds (a persona's ``mind()``) is shown that way
     mind = getattr(agent, "mind", None)
     return agent.get_state(), mind() if callable(mind) else None
+
+
+def _note_pause(run_dir: Path, after: int | None) -> None:
+    """Say in ``summary.json`` that the run holds after step ``after`` (None: no longer).
+    Called on the run's loop between steps, where nothing else writes the summary."""
+    directory = RunDirectory(run_dir)
+    try:
+        summary = directory.read_summary()
+    except (OSError, ValueError):
+        return
+    if after is None:
+        summary.pop("paused_after", None)
+    else:
+        summary["paused_after"] = after
+    directory.write_summary(summary)
 
 
 class RunControl:
@@ -177,6 +194,7 @@ class RunControl:
         with self._lock:
             self.steps_done = done
         await self._jobs(run)
+        held = False
         while True:
             with self._lock:
                 hold = self._paused and not self._allowed and not run.stop_requested \
@@ -184,6 +202,10 @@ class RunControl:
                 if not hold and self._allowed:
                     self._allowed -= 1
                 self.waiting_after = done if hold else None
+                where = self._run_dir
+            if hold != held and where is not None:
+                _note_pause(where, done if hold else None)
+                held = hold
             if not hold:
                 return
             await asyncio.sleep(0.05)
