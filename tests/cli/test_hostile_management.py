@@ -125,7 +125,15 @@ DEEP = '{"step": 2, "kind": "environment", "key": "k", "value": ' + "[" * 5000 +
      "interventions.jsonl: line 1: where 'not not"),
     (b'{"step": 2, "kind": "message", "text": "h\\udc80llo"}\n',
      "interventions.jsonl: line 1: text:"),
-], ids=["deep-json", "deep-value", "latin-1", "recursive-where", "escaped-surrogate"])
+    ((json.dumps({"step": 2, "kind": "message", "text": "hi", "agents": [2**70]}) + "\n"
+      ).encode(), "interventions.jsonl: line 1: agent 1180591620717411303424: not an agent id"),
+    ((json.dumps({"step": 2, "kind": "message", "text": "hi"}) + "\n"
+      + json.dumps({"step": 2, "kind": "message", "text": "hi", "agents": [99]}) + "\n"
+      ).encode(), "interventions.jsonl: line 2: agent 99: no such agent"),
+    ((json.dumps({"step": 2, "kind": "message", "text": "hi", "where": "nope == 1"}) + "\n"
+      ).encode(), "interventions.jsonl: line 1: where 'nope == 1': no profile column 'nope'"),
+], ids=["deep-json", "deep-value", "latin-1", "recursive-where", "escaped-surrogate",
+        "huge-agent", "unknown-agent", "unknown-column"])
 def test_an_edited_interventions_file_is_one_line_and_changes_nothing(
         run: Path, capsys: Cap, monkeypatch: Patch, content: bytes, says: str) -> None:
     (run / "interventions.jsonl").write_bytes(content)

@@ -154,7 +154,33 @@ def read_interventions(run_dir: Path) -> list[Intervention]:
     by a crash is left out: it was never acknowledged). A file edited into something else
     is one line naming it and the line (ConfigError): not a regular file, not UTF-8, not
     JSON, nested too deeply, or an intervention that could not be carried out."""
+    return [i for _, i in _numbered(Path(run_dir))]
+
+
+def check_interventions(run_dir: Path) -> None:
+    """Read ``run_dir``'s interventions as :func:`read_interventions` does, and choose each
+    message's agents from the run's ``profiles.parquet`` as its step will: an unknown
+    agent, a column the profiles lack or a query that matches nobody is one line naming the
+    file and the line (ConfigError) now, before a resume or fork changes anything, rather
+    than the run failing at that step."""
     path = Path(run_dir) / INTERVENTIONS
+    numbered = _numbered(Path(run_dir))
+    if not any(i.kind == "message" and (i.where is not None or i.agents is not None)
+               for _, i in numbered):
+        return
+    profiles = RunDirectory(run_dir).read_profiles()
+    if profiles is None:
+        return  # written by the run itself: checked when its step comes
+    for n, i in numbered:
+        if i.kind == "message" and (i.where is not None or i.agents is not None):
+            try:
+                select(profiles, where=i.where, agents=i.agents)
+            except ConfigError as e:
+                raise ConfigError(f"{path}: line {n}: {e}") from None
+
+
+def _numbered(run_dir: Path) -> list[tuple[int, Intervention]]:
+    path = run_dir / INTERVENTIONS
     data = RunDirectory(run_dir).read_file(INTERVENTIONS, MAX_FILE)
     if data is None:
         return []
@@ -176,7 +202,7 @@ def read_interventions(run_dir: Path) -> list[Intervention]:
                 if n == len(lines) and not text.endswith("\n"):
                     break  # a write cut short by a crash: never acknowledged
                 raise ConfigError(f"{path}: line {n}: not JSON") from None
-            out.append(parse_intervention(value, f"{path}: line {n}"))
+            out.append((n, parse_intervention(value, f"{path}: line {n}")))
     return out
 
 
@@ -284,7 +310,7 @@ def intervene(run_dir: Path, intervention: Intervention) -> Scheduled:
     planned, t = _planned(config, run_dir), intervention.step
     if t > planned:
         raise ConfigError(f"step {t}: the run plays steps 1 to {planned} (config.yaml)")
-    read_interventions(run_dir)  # one edited into something else: refused, never added to
+    check_interventions(run_dir)  # one edited into something else: refused, never added to
     try:
         # Writers take turns (managing); no run may start meanwhile: it could miss the line.
         with directory.managing(), directory.hold():

@@ -124,7 +124,7 @@ async def launch(run_file: RunFile, run_dir: RunDirectory | None = None, *,
     with run_dir.hold() if run_dir is not None else contextlib.nullcontext():
         for directory in (run_dir.path if run_dir is not None else None, replay_dir):
             if directory is not None:  # an edited one is refused before anything changes
-                _interventions.read_interventions(directory)
+                _interventions.check_interventions(directory)
         if resume and run_dir is not None:  # the data files it read, as it read them
             check_inputs(run_dir)
         if resume and run_dir is not None:

@@ -146,6 +146,7 @@ def fork(source: Path, at: int, sets: Mapping[str, Any], target: Path, *,
         raise ConfigError(f"{target}: inside the run it forks ({source}); a fork is a run "
                           "directory of its own: give one outside it")
     check_inputs(source)  # the fork reads the same data files, as the source read them
+    _interventions.check_interventions(source)  # carried out by the fork: checked now
     checkpoint_at(source, at)  # exists and reads back: before anything is created
     src = RunDirectory(source)
     try:
