@@ -17,7 +17,7 @@ API: dict[str, set[str]] = {
         "INTERNAL", "INTERVIEWER", "KINDS", "UNREADABLE", "Answer", "Choice", "Decision", "Event",
         "Memory", "Number", "Persona", "PersonaOptions", "Regex", "Schema", "Text",
         "persona_columns", "render_memory", "divergence", "sampling_report",
-        "fall_back", "fallen_back", "falling_back", "SamplingCounts"},
+        "fallen_back", "falling_back", "fit_surrogates", "instruct", "SamplingCounts"},
     "populace.core": {
         "Agent", "AgentGroup", "AgentHandle", "Backend", "CallTimeout", "ConfigError",
         "LocalBackend", "Memory", "ModelBadResponse", "ModelError", "ModelHTTPError",

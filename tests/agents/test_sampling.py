@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from populace.agents import Choice, Persona, divergence
+from populace.agents import Choice, Persona, divergence, fit_surrogates
+from populace.agents._sampling import draw
 from populace.core import ConfigError
 from populace.llm import ModelSet, ScriptedConfig
 
@@ -87,7 +88,7 @@ async def test_the_audit_asks_its_share_individually_and_counts_the_pairs() -> N
 
 
 def test_sampling_is_checked_in_one_line() -> None:
-    with pytest.raises(ValidationError, match="by: archetype mode needs the profile columns"):
+    with pytest.raises(ValidationError, match="by: archetype and surrogate modes need the "):
         models(samples=4)
     with pytest.raises(ValidationError, match="samples"):
         models(by=["job"], samples=0)
@@ -123,3 +124,35 @@ def test_numbers_are_compared_by_wasserstein() -> None:
     d = divergence(Counter({(1, 2): 50, (3, 3): 50}))
     assert d["wasserstein"] == 0.5 and "tv" not in d
     assert d["low"] <= 0.5 <= d["high"]
+
+
+def test_a_surrogate_is_each_archetypes_audited_answers_shrunk_to_everyones() -> None:
+    steps = [{"sampling": {"s": {"cells": [["vote", ["nurse"], "red", 8],
+                                           ["vote", ["baker"], "blue", 1]]}}},
+             {"sampling": {"s": {"cells": [["vote", ["nurse"], "blue", 2]]}}}]
+    fitted = fit_surrogates(steps, prior=2.0)["s"]["vote"]
+    answers, cumulative = fitted[("nurse",)]
+    assert answers == ("blue", "red")
+    # nurses: 2 blue, 8 red, plus 2 answers of everyone's (3 blue, 8 red of 11)
+    assert cumulative[0] == pytest.approx((2 + 2 * 3 / 11) / 12)
+    assert fitted[None][1][0] == pytest.approx(3 / 11)  # an archetype never audited
+    draws = Counter(draw(fitted, ("nurse",), s) for s in range(4000))
+    assert draws["blue"] / 4000 == pytest.approx(cumulative[0], abs=0.03)
+    assert draw(fitted, ("cook",), 7) == draw(fitted, ("cook",), 7)
+
+
+async def test_decide_with_a_surrogate_makes_no_call_but_the_audits() -> None:
+    people = profiles(400)
+    ms = models(mode="surrogate", by=["job"], audit=0.1)
+    ms.surrogates = {"s": {"Whom do you vote for?": fit_surrogates(
+        [{"sampling": {"s": {"cells": [["Whom do you vote for?", ["nurse"], "red", 5],
+                                       ["Whom do you vote for?", ["baker"], "blue", 5]]}}}],
+        prior=0.0)["s"]["Whom do you vote for?"]}}
+    got = await votes(range(400), people, ms)
+    stats = ms.statistics()["s"]
+    audited = sum(n for *_, n in stats.audit)
+    assert stats.requests == audited and 20 < audited < 70  # only the audited asked
+    unaudited = {v for i, (v, calls) in got.items() if calls == 0}
+    assert unaudited == {"red", "blue"}
+    assert {c for c, *_ in [(cell, own) for _, cell, own, _ in stats.cells]} <= {("nurse",),
+                                                                                ("baker",)}

@@ -55,7 +55,7 @@ def test_archetypes_answer_for_a_few_calls_and_the_audit_is_reported(tmp_path: P
     assert 20 < happy["audited"] < 90 and happy["low"] <= happy["tv"] <= happy["high"]
     assert "wasserstein" in sampling["decisions"]["news_hours"]
     assert {f"news_sources={o}" for o in ("Radio", "Television")} <= set(sampling["decisions"])
-    assert "decisions answered by archetypes (" in done.stdout
+    assert "decisions answered by archetypes or a surrogate (" in done.stdout
     assert "audit's largest distance" in done.stdout
     individual = entry["sampling"]["scripted"]["individual"]
     assert individual["calls"] > 2 * entry["llm"]["scripted"]["requests"]
@@ -113,3 +113,43 @@ def test_archetypes_of_a_column_the_profiles_lack_are_refused_before_step_1(
     line, = done.stderr.strip().splitlines()
     assert line.startswith(f"error: {tmp_path / 'run.yaml'}: models.scripted.sampling.by.1: "
                            "no profile column 'educaton' (have: age, "), line
+
+
+def panel(tmp: Path, **sampling: Any) -> Path:
+    """A panel: the same five questions in each of three waves, sampled by ``sampling``."""
+    path = example(tmp, **sampling)
+    questionnaire = yaml.safe_load((tmp / "questionnaire.yaml").read_text())
+    questionnaire["waves"] = [["happy", "trust", "trust_science", "news_hours",
+                               "news_sources"]] * 3
+    (tmp / "questionnaire.yaml").write_text(yaml.safe_dump(questionnaire))
+    config = yaml.safe_load(path.read_text())
+    config["agents"] = 3000
+    config["settings"] = {"questionnaire": "questionnaire.yaml", "memory": False}
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_a_surrogate_answers_a_panel_after_its_first_wave(tmp_path: Path) -> None:
+    """Wave 1 is sampled by archetypes; waves 2 and 3 are answered by a surrogate fitted
+    to the audited answers before them: only the audited respondents are asked. The same
+    answers on two workers, and a replay makes no call."""
+    path, out = panel(tmp_path, mode="surrogate", audit=0.1), tmp_path / "out"
+    done = populace("run", path, "--out", out)
+    assert done.returncode == 0, done.stderr
+    steps = read_summary(out)["steps"]
+    first = steps[0]["llm"]["scripted"]["requests"]
+    for e in steps[1:]:
+        got = e["sampling"]["scripted"]
+        assert e["llm"]["scripted"]["requests"] == got["audit_cost"]["calls"] < first
+        assert got["shared"] == 3000 * 5 and got["cells"]
+        happy = got["decisions"]["happy"]
+        assert happy["audited"] > 200 and happy["low"] <= happy["tv"] <= happy["high"]
+    answers = read_table(out, "answers")
+    on_two = tmp_path / "two"
+    assert populace("run", path, "--out", on_two, "--workers", "2").returncode == 0
+    assert read_table(on_two, "answers").equals(answers)
+    again = tmp_path / "replay"
+    assert populace("run", out / "config.yaml", "--replay", out, "--out",
+                    again).returncode == 0
+    assert read_table(again, "answers").equals(answers)
+    assert all(e["llm"]["scripted"]["sent"] == 0 for e in read_summary(again)["steps"])

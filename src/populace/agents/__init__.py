@@ -15,9 +15,10 @@ from ._persona import INTERNAL, PersonaOptions, persona_columns
 from ._sampling import (
     SamplingCounts,
     divergence,
-    fall_back,
     fallen_back,
     falling_back,
+    fit_surrogates,
+    instruct,
     sampling_report,
 )
 
@@ -39,9 +40,10 @@ __all__ = [
     "Schema",
     "Text",
     "divergence",
-    "fall_back",
     "fallen_back",
     "falling_back",
+    "fit_surrogates",
+    "instruct",
     "persona_columns",
     "render_memory",
     "sampling_report",

@@ -36,10 +36,10 @@ from populace.core import (
 )
 from populace.llm import ChatMessage, ModelClient
 
-from ._answers import UNREADABLE, Answer, Choice, Number, Text
+from ._answers import UNREADABLE, Answer, Choice, Number, Schema, Text
 from ._memory import Event, Memory, clip, fitting
 from ._persona import PersonaOptions
-from ._sampling import audited
+from ._sampling import audited, draw, frozen
 
 T = TypeVar("T")
 #: Salt of a member's pick among its archetype's samples.
@@ -297,8 +297,8 @@ class Persona(Agent):
     async def sampled(self, decision: str, key: Hashable, base: int, step: int,
                       ask: Callable[[bool, int], Awaitable[T]],
                       value: Callable[[T], Any],
-                      cost: Callable[[T], tuple[int, int, int]] | None = None
-                      ) -> tuple[T, bool]:
+                      cost: Callable[[T], tuple[int, int, int]] | None = None,
+                      from_value: Callable[[Any], T] | None = None) -> tuple[T, bool]:
         """One decision, asked as the model's ``sampling:`` says: ``(outcome, own)``.
 
         ``ask(shared, seed)`` makes the decision's calls and returns what they gave, with no
@@ -309,7 +309,9 @@ class Persona(Agent):
         the audit compares (a label or a number; None when unreadable; a mapping of parts
         to such values is audited per part, as ``decision=part``); ``cost(outcome)``: its
         ``(calls, prompt tokens, completion tokens)``, from which the step's summary
-        estimates what asking every agent would have cost.
+        estimates what asking every agent would have cost; ``from_value(answer)``: an
+        outcome made of an answer alone (what ``value`` gives), for the surrogate mode
+        (without it, a surrogate-mode decision is sampled by archetypes).
 
         ``own`` is False when the outcome is one of the archetype's samples, shared with
         other members (treat it as read-only, and its calls as not this agent's).
@@ -317,25 +319,18 @@ class Persona(Agent):
         seed = seed_for(base, int(self.id))
         sampling = self._sampling()
         models: Any = self.seat.models
-        if sampling is None or sampling.mode_of(decision) != "archetype" or \
-                decision in models.fallen.get(self.seat.name, ()):
+        mode = sampling.mode_of(decision) if sampling is not None else "individual"
+        if mode == "individual" or decision in models.fallen.get(self.seat.name, ()):
             return await ask(False, seed), True
-        if models.pooled_step != step:  # an archetype's answers hold for one step
-            models.pooled.clear()
-            models.pooled_step = step
         name = self.seat.name
-        whole = (name, decision, key, self.archetype(sampling.by))
-        samples = models.pooled.get(whole)
-        if samples is None:
-            # seeds from the prompt's key: the same samples on any worker
-            first = derive_seed(base, zlib.crc32(repr(whole[1:]).encode()))
-            samples = models.pooled[whole] = asyncio.ensure_future(asyncio.gather(
-                *(ask(True, seed_for(first, j)) for j in range(sampling.samples)),
-                return_exceptions=True))
-        got = (await asyncio.shield(samples))[uniform_pick(0, seed ^ _PICK,
-                                                           sampling.samples)]
-        if isinstance(got, BaseException):
-            raise got
+        cell = self.archetype(sampling.by)
+        fitted = models.surrogates.get(name, {}).get(decision) \
+            if mode == "surrogate" and from_value is not None else None
+        if fitted is not None:  # the surrogate's answer for this archetype, by my seed
+            got = from_value(draw(fitted, cell, seed))  # type: ignore[misc]
+        else:
+            got = await self._archetype_answer(models, name, decision, key, cell, base,
+                                               step, seed, ask, sampling.samples)
         models.count_shared(name)
         if not audited(base, int(self.id), sampling.audit):
             return got, False
@@ -343,12 +338,36 @@ class Persona(Agent):
         if cost is not None:
             models.count_audit_cost(name, *cost(own))
         mine, theirs = value(own), value(got)
+        if mode == "surrogate":
+            models.count_cell(name, decision, cell, frozen(mine))
         if isinstance(mine, Mapping):  # one pair per part (a multi-choice: per option)
             for part, v in mine.items():
                 models.count_audit(name, f"{decision}={part}", v, theirs.get(part))
         else:
             models.count_audit(name, decision, mine, theirs)
         return own, True
+
+    async def _archetype_answer(self, models: Any, name: str | None, decision: str,
+                                key: Hashable, cell: tuple[Any, ...], base: int, step: int,
+                                seed: int, ask: Callable[[bool, int], Awaitable[T]],
+                                samples: int) -> T:
+        """One of the archetype's ``samples`` answers (asked once per worker and step),
+        picked by ``seed``."""
+        if models.pooled_step != step:  # an archetype's answers hold for one step
+            models.pooled.clear()
+            models.pooled_step = step
+        whole = (name, decision, key, cell)
+        pending = models.pooled.get(whole)
+        if pending is None:
+            # seeds from the prompt's key: the same samples on any worker
+            first = derive_seed(base, zlib.crc32(repr(whole[1:]).encode()))
+            pending = models.pooled[whole] = asyncio.ensure_future(asyncio.gather(
+                *(ask(True, seed_for(first, j)) for j in range(samples)),
+                return_exceptions=True))
+        got = (await asyncio.shield(pending))[uniform_pick(0, seed ^ _PICK, samples)]
+        if isinstance(got, BaseException):
+            raise got
+        return got
 
     # -- deciding ---------------------------------------------------------------------------
     async def decide(self, question: str, answer: Answer = _TEXT, *, step: int = 0,
@@ -385,7 +404,9 @@ class Persona(Agent):
                                                and not isinstance(d.value, int | float)
                                                else d.value,
                                                lambda d: (d.calls, d.prompt_tokens,
-                                                          d.completion_tokens))
+                                                          d.completion_tokens),
+                                               None if isinstance(answer, Schema) else
+                                               lambda v: Decision(v, v is not None, ""))
             if not own:  # an archetype's sample: its calls are not this agent's
                 decision = dataclasses.replace(decision, calls=0, prompt_tokens=0,
                                                completion_tokens=0)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -159,6 +160,7 @@ class SamplingCounts:
     audit: Mapping[str, Counter[tuple[str, Any, Any]]]
     shared: Mapping[str, int]
     cost: Mapping[str, tuple[int, int, int, int]]
+    cells: Mapping[str, Counter[tuple[str, Any, Any]]]
 
     @classmethod
     def of(cls, workers: Iterable[Iterable[Any]]) -> SamplingCounts:
@@ -166,14 +168,17 @@ class SamplingCounts:
         workers = [list(w) for w in workers]
         shared: dict[str, int] = {}
         cost: dict[str, tuple[int, int, int, int]] = {}
+        cells: dict[str, Counter[tuple[str, Any, Any]]] = {}
         for resources in workers:
             for m in model_stats(resources):
+                for decision, cell, own, n in m.cells:
+                    cells.setdefault(m.model, Counter())[decision, cell, own] += n
                 if m.shared:
                     shared[m.model] = shared.get(m.model, 0) + m.shared
                 if m.audit_cost[0]:
                     cost[m.model] = tuple(a + b for a, b in zip(  # type: ignore[assignment]
                         cost.get(m.model, (0, 0, 0, 0)), m.audit_cost, strict=True))
-        return cls(audits(workers), shared, cost)
+        return cls(audits(workers), shared, cost, cells)
 
 
 def sampling_report(before: SamplingCounts, now: SamplingCounts, *, seed: int = 0
@@ -185,10 +190,10 @@ def sampling_report(before: SamplingCounts, now: SamplingCounts, *, seed: int = 
     cost (calls and tokens: the audited agents' mean, times the decisions). Models that
     sampled nothing are left out."""
     out: dict[str, dict[str, Any]] = {}
-    for model in sorted({*now.audit, *now.shared}):
+    for model in sorted({*now.audit, *now.shared, *now.cells}):
         shared = now.shared.get(model, 0) - before.shared.get(model, 0)
         pairs = now.audit.get(model, Counter()) - before.audit.get(model, Counter())
-        if not (shared or pairs):
+        if not (shared or pairs or now.cells.get(model)):
             continue
         got: dict[str, Any] = {"shared": shared,
                                "decisions": step_divergences(pairs, seed=seed)}
@@ -201,6 +206,10 @@ def sampling_report(before: SamplingCounts, now: SamplingCounts, *, seed: int = 
                                  "completion_tokens": round(completion / n * shared)}
             got["audit_cost"] = {"decisions": n, "calls": calls, "prompt_tokens": prompt,
                                  "completion_tokens": completion}
+        cells = now.cells.get(model, Counter()) - before.cells.get(model, Counter())
+        if cells:  # what the surrogates of the next steps are fitted to
+            got["cells"] = [[d, list(c), _plain(o), k] for (d, c, o), k
+                            in sorted(cells.items(), key=repr)]
         out[model] = got
     return out
 
@@ -230,9 +239,71 @@ def falling_back(report: Mapping[str, Any], bounds: Mapping[str, float | None],
             got["fell_back"] = over
 
 
-def fall_back(agent: Any, fallen: Mapping[str, frozenset[str]]) -> None:
-    """Tell ``agent``'s worker which decisions are asked individually from now on (called
-    on one agent per worker by the launcher)."""
+def instruct(agent: Any, fallen: Mapping[str, frozenset[str]],
+             surrogates: Mapping[str, Mapping[str, Any]]) -> None:
+    """Tell ``agent``'s worker which decisions are asked individually from now on and the
+    surrogates fitted so far (called on one agent per worker by the launcher)."""
     models = getattr(getattr(agent, "seat", None), "models", None)
     if models is not None and hasattr(models, "fallen"):
         models.fallen = dict(fallen)
+        models.surrogates = {m: dict(d) for m, d in surrogates.items()}
+
+
+#: How many audited answers the whole decision's distribution counts for in an
+#: archetype's (shrinking an archetype of few audited answers towards everyone's).
+PRIOR = 2.0
+_SURROGATE = 0x5A77
+
+
+def frozen(value: Any) -> Any:
+    """``value`` hashable: a mapping as a tuple of its items, a list as a tuple."""
+    if isinstance(value, Mapping):
+        return tuple((k, frozen(v)) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return tuple(frozen(v) for v in value)
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON holds it (tuples as lists)."""
+    return [_plain(v) for v in value] if isinstance(value, tuple) else value
+
+
+def fit_surrogates(steps: Iterable[Mapping[str, Any]], prior: float = PRIOR
+                   ) -> dict[str, dict[str, dict[Any, tuple[tuple[Any, ...],
+                                                             tuple[float, ...]]]]]:
+    """Per model and surrogate-mode decision, the distribution of answers per archetype,
+    from the audited answers in the summary entries ``steps`` (each ``sampling.MODEL.cells``):
+    an archetype's counts plus ``prior`` answers drawn from the decision's overall
+    distribution (a multinomial model of the ``by`` columns, shrunk towards the whole);
+    the archetype ``None``: the overall distribution, for archetypes never audited."""
+    counts: dict[str, dict[str, dict[Any, Counter[Any]]]] = {}
+    for entry in steps:
+        for model, got in (entry.get("sampling") or {}).items():
+            for decision, cell, own, n in got.get("cells") or ():
+                per = counts.setdefault(model, {}).setdefault(decision, {})
+                per.setdefault(frozen(cell), Counter())[frozen(own)] += n
+    out: dict[str, dict[str, dict[Any, tuple[tuple[Any, ...], tuple[float, ...]]]]] = {}
+    for model, decisions in counts.items():
+        for decision, cells in decisions.items():
+            overall: Counter[Any] = Counter()
+            for c in cells.values():
+                overall.update(c)
+            answers = sorted(overall, key=repr)
+            total = sum(overall.values())
+            base = np.array([overall[a] / total for a in answers])
+            fitted = {None: (tuple(answers), tuple(np.cumsum(base).tolist()))}
+            for cell, c in cells.items():
+                p = (np.array([c[a] for a in answers], dtype=np.float64) + prior * base) \
+                    / (sum(c.values()) + prior)
+                fitted[cell] = (tuple(answers), tuple(np.cumsum(p).tolist()))
+            out.setdefault(model, {})[decision] = fitted
+    return out
+
+
+def draw(fitted: Mapping[Any, tuple[tuple[Any, ...], tuple[float, ...]]],
+         cell: tuple[Any, ...], seed: int) -> Any:
+    """An answer of archetype ``cell`` from a fitted surrogate, by ``seed``."""
+    answers, cumulative = fitted.get(cell) or fitted[None]
+    u = unit_float(derive_seed(seed, _SURROGATE)) * cumulative[-1]
+    return answers[min(bisect.bisect_right(cumulative, u), len(answers) - 1)]

@@ -161,7 +161,7 @@ def sampling_lines(summary: dict[str, Any]) -> list[str]:
                     worst[model] = (value, decision, entry["step"], d)
     lines = []
     for model, n in shared.items():
-        line = f"{model}: {n:,} decisions answered by archetypes"
+        line = f"{model}: {n:,} decisions answered by archetypes or a surrogate"
         if made.get(model):
             ratio = individual[model] / made[model]
             times = f"{ratio:,.1f}" if ratio < 10 else f"{ratio:,.0f}"

@@ -30,9 +30,10 @@ import pyarrow as pa
 from populace.agents import (
     Persona,
     SamplingCounts,
-    fall_back,
     fallen_back,
     falling_back,
+    fit_surrogates,
+    instruct,
     sampling_report,
 )
 from populace.core import (
@@ -416,13 +417,15 @@ def _sampling(run: Run) -> SamplingCounts:
     return SamplingCounts.of(w.resources for w in run.sim.statistics().workers)
 
 
-async def _fall_back(run: Run, fallen: dict[str, frozenset[str]]) -> None:
-    """Tell every worker's personas which decisions fell back to individual calls (one
-    call on one agent per worker and group)."""
+async def _instruct(run: Run, fallen: dict[str, frozenset[str]],
+                    surrogates: dict[str, Any]) -> None:
+    """Tell every worker's personas which decisions fell back to individual calls, and the
+    surrogates fitted so far (one call on one agent per worker and group)."""
     for cls, group in run.groups.values():
         if issubclass(cls, Persona) and len(group):
             _, first = np.unique(group.workers, return_index=True)
-            for placeholder in [group[int(i)].call(fall_back, fallen) for i in first]:
+            for placeholder in [group[int(i)].call(instruct, fallen, surrogates)
+                                for i in first]:
                 await placeholder
 
 
@@ -441,8 +444,9 @@ async def _step(run: Run, scenario: Scenario, t: int, summary: dict[str, Any],
         else _interventions.read_interventions(here) if here is not None else []
     done = await _interventions.carry_out(run, scheduled, t) if scheduled else []
     fallen = fallen_back(summary["steps"])
-    if fallen:  # every step: a worker rebuilt by a recovery has forgotten
-        await _fall_back(run, fallen)
+    surrogates = fit_surrogates(summary["steps"])
+    if fallen or surrogates:  # every step: a worker rebuilt by a recovery has forgotten
+        await _instruct(run, fallen, surrogates)
     sent = _traffic(run)
     sampled = _sampling(run)
     try:

@@ -66,6 +66,9 @@ class ModelStats:
     #: what the audited agents' own decisions cost: ``(decisions, calls, prompt tokens,
     #: completion tokens)`` (what every decision would cost asked individually, sampled)
     audit_cost: tuple[int, int, int, int] = (0, 0, 0, 0)
+    #: the audited answers of surrogate-mode decisions by archetype: ``(decision,
+    #: archetype values, own answer, count)`` (what the launcher fits a surrogate to)
+    cells: tuple[tuple[str, tuple[Any, ...], Any, int], ...] = ()
 
 
 class Request(NamedTuple):

@@ -36,6 +36,12 @@ class ModelSet(Mapping[str, ModelClient]):
         #: Per model, the decisions the launcher has made fall back to individual calls
         #: (``sampling.fallback``; see :func:`populace.agents.fall_back`).
         self.fallen: dict[str, frozenset[str]] = {}
+        #: Per model and surrogate-mode decision, the fitted surrogate: archetype values →
+        #: (answers, cumulative probabilities); ``None`` for an archetype never audited
+        #: (see :func:`populace.agents.fit_surrogates`).
+        self.surrogates: dict[str, dict[str, dict[Any, tuple[tuple[Any, ...],
+                                                             tuple[float, ...]]]]] = {}
+        self._cells: dict[str, Counter[tuple[str, tuple[Any, ...], Any]]] = {}
 
     @classmethod
     def build(cls, configs: Mapping[str, Any], *, record_to: str | Path | None = None,
@@ -96,6 +102,11 @@ class ModelSet(Mapping[str, ModelClient]):
         individually) and the one its archetype gave it."""
         self._audit.setdefault(name, Counter())[decision, own, given] += 1
 
+    def count_cell(self, name: str, decision: str, cell: tuple[Any, ...], own: Any) -> None:
+        """Count an audited agent's own answer to a surrogate-mode ``decision`` under its
+        archetype ``cell``."""
+        self._cells.setdefault(name, Counter())[decision, cell, own] += 1
+
     def count_audit_cost(self, name: str, calls: int, prompt_tokens: int,
                          completion_tokens: int) -> None:
         """Count what an audited agent's own decision cost."""
@@ -112,6 +123,9 @@ class ModelSet(Mapping[str, ModelClient]):
                 extra["unreadable"] = self._unreadable[name]
             if self._shared[name]:
                 extra["shared"] = self._shared[name]
+            if name in self._cells:
+                extra["cells"] = tuple((d, c, o, n) for (d, c, o), n
+                                       in self._cells[name].items())
             if name in self._audit_cost:
                 extra["audit_cost"] = self._audit_cost[name]
             if name in self._audit:

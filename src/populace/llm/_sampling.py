@@ -21,7 +21,7 @@ from pydantic import Field, model_validator
 
 from populace._strict import StrictModel
 
-Mode = Literal["individual", "archetype"]
+Mode = Literal["individual", "archetype", "surrogate"]
 
 
 class SamplingConfig(StrictModel):
@@ -29,7 +29,10 @@ class SamplingConfig(StrictModel):
 
     mode: Mode = Field("archetype", description="individual: one call per agent and "
                        "decision; archetype: agents alike in the `by` columns share one "
-                       "prompt, answered `samples` times, each member drawing one answer")
+                       "prompt, answered `samples` times, each member drawing one answer; "
+                       "surrogate: only the audited agents are asked, the others answered "
+                       "by a model of the `by` columns fitted to the audited answers of "
+                       "the steps before (archetypes until there are some)")
     by: list[str] = Field(default_factory=list, description="profile columns that make an "
                           "archetype (the prompt shows only these)")
     samples: int = Field(16, strict=True, ge=1, le=1024, description="answers drawn per "
@@ -46,10 +49,13 @@ class SamplingConfig(StrictModel):
 
     @model_validator(mode="after")
     def _needs_columns(self) -> SamplingConfig:
-        uses = self.mode == "archetype" or "archetype" in self.decisions.values()
-        if uses and not self.by:
-            raise ValueError("by: archetype mode needs the profile columns that make an "
-                             "archetype (e.g. by: [age_band, education])")
+        modes = {self.mode, *self.decisions.values()}
+        if modes - {"individual"} and not self.by:
+            raise ValueError("by: archetype and surrogate modes need the profile columns "
+                             "that make an archetype (e.g. by: [age_band, education])")
+        if "surrogate" in modes and not self.audit:
+            raise ValueError("audit: a surrogate is fitted to the audited answers; give a "
+                             "share above 0")
         if len(set(self.by)) != len(self.by):
             raise ValueError(f"by: columns must be distinct, got {self.by}")
         return self

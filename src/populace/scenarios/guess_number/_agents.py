@@ -184,7 +184,7 @@ class Participant(Persona):
             play, own = await self.sampled(
                 "guess", msg.content, base, round_no,
                 functools.partial(self._play, model, msg.content), _number,
-                lambda p: (p[5], p[3], p[4]))
+                lambda p: (p[5], p[3], p[4]), lambda v: (v, "", None, 0, 0, 0, 0))
             if not own:  # an archetype's answer: its calls are not this agent's
                 play = (*play[:3], 0, 0, 0, 0)
         number, text, extract_raw, ptok, ctok, calls, retries = play

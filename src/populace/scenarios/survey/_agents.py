@@ -215,7 +215,9 @@ class Respondent(Persona):
                         qid, (wave, i, note), plan.bases[wave][i], wave + 1,
                         functools.partial(self._ask_one, q, i + 1, len(wave_ids), note,
                                           wave + 1),
-                        functools.partial(_audited, q), _cost)
+                        functools.partial(_audited, q), _cost,
+                        functools.partial(_from_value, q,
+                                          seed_for(plan.bases[wave][i], self.id)))
             except ModelError as e:
                 shown = _shown(q, seed_for(plan.bases[wave][i], self.id))
                 value, raw, call, turn = None, "", _Call(), None
@@ -359,6 +361,25 @@ class Respondent(Persona):
         self.known = dict(zip(self.plan.remembered_order, known, strict=True))
         self.history = [(q, a) for q, a in history]
         super().set_state(state[2] if len(state) > 2 else None)
+
+
+def _from_value(q: Question, seed: int, answer: Any) -> tuple[Any, ...]:
+    """An answer outcome (as :meth:`Respondent._ask_one` returns) of a surrogate's answer
+    (what :func:`_audited` gives): no call, no reply, no turn of the conversation."""
+    value: Any = None
+    if answer is None:
+        pass
+    elif q.type == "multi_choice":
+        chosen = dict(answer)
+        if None not in chosen.values():
+            value = sum(1 << j for j, o in enumerate(q.options) if chosen.get(o) == "chosen")
+    elif q.type in CHOICE or q.coded:
+        value = q.options.index(answer) if answer in q.options else None
+    elif q.type == "numeric":
+        value = answer
+    else:  # an open answer: its text
+        return True, str(answer), _shown(q, seed), _Call(), None
+    return value, "", _shown(q, seed), _Call(), None
 
 
 def _cost(outcome: tuple[Any, ...]) -> tuple[int, int, int]:
