@@ -193,7 +193,8 @@ def sampling_report(before: SamplingCounts, now: SamplingCounts, *, seed: int = 
     for model in sorted({*now.audit, *now.shared, *now.cells}):
         shared = now.shared.get(model, 0) - before.shared.get(model, 0)
         pairs = now.audit.get(model, Counter()) - before.audit.get(model, Counter())
-        if not (shared or pairs or now.cells.get(model)):
+        cells = now.cells.get(model, Counter()) - before.cells.get(model, Counter())
+        if not (shared or pairs or cells):
             continue
         got: dict[str, Any] = {"shared": shared,
                                "decisions": step_divergences(pairs, seed=seed)}
@@ -206,7 +207,6 @@ def sampling_report(before: SamplingCounts, now: SamplingCounts, *, seed: int = 
                                  "completion_tokens": round(completion / n * shared)}
             got["audit_cost"] = {"decisions": n, "calls": calls, "prompt_tokens": prompt,
                                  "completion_tokens": completion}
-        cells = now.cells.get(model, Counter()) - before.cells.get(model, Counter())
         if cells:  # what the surrogates of the next steps are fitted to
             got["cells"] = [[d, list(c), _plain(o), k] for (d, c, o), k
                             in sorted(cells.items(), key=repr)]
