@@ -81,7 +81,7 @@ def test_completed_is_written_only_after_the_consolidated_tables(
 
     shutil.rmtree(out / "walks.parquet")  # room again
     monkeypatch.delenv("BLOCK")
-    status, stdout, stderr = populace("run", "--resume", out, cwd=tmp_path).finish(timeout=60)
+    status, _, stderr = populace("run", "--resume", out, cwd=tmp_path).finish(timeout=60)
     assert (status, stderr) == (0, "")
     assert read_summary(out)["status"] == "completed"
     assert walks(out).equals(expected())
