@@ -69,6 +69,9 @@ def test_pause_step_and_resume_a_live_run(studio: tuple[StudioServer, Path]) -> 
         page.wait_for_timeout(2000)  # it holds: no step is played meanwhile
         assert steps_done(server, run_id) == held
         assert page.inner_text("#status") == "running"
+        # the game's own examples, once its scenario is known (the page opened before)
+        page.wait_for_function("document.querySelector('#iv-question').placeholder"
+                               ".includes('choose your number')", timeout=10_000)
         summary = read_summary(root / "runs" / run_id)  # the summary says so
         assert summary["paused_after"] == held and len(summary["steps"]) == held
         page.screenshot(path=str(ARTIFACTS / "25-paused-1280.png"), full_page=True)

@@ -84,7 +84,13 @@ function setConn(state, text) {
 // its metrics that are shares of options, example texts, models whose calls are not recorded.
 const declared = new Map();
 function viewOf(id) {
-  if (!declared.has(id)) declared.set(id, api(`/api/runs/${enc(id)}/view`).catch(() => null));
+  if (!declared.has(id)) {
+    // A run just started has no config.yaml yet: its scenario is unknown, and asked again.
+    declared.set(id, api(`/api/runs/${enc(id)}/view`).catch(() => null).then((v) => {
+      if (!v || !v.scenario) declared.delete(id);
+      return v;
+    }));
+  }
   return declared.get(id);
 }
 const GENERIC = { answers: null, categorical: [], choices: [], unrecorded_models: [],
@@ -312,12 +318,19 @@ function runView(id) {
       box("workers", "Workers")),
     box("env", "Environment"));
   document.getElementById("metrics-card").append(fork.node);
-  viewOf(id).then((v) => {
-    view = v || GENERIC;
-    shares.onload = () => { if (lastSnap) renderAnswers(lastSnap.answers || {}, lastSnap.live); };
-    for (const panel of [interviews, interventions, fork, shares]) panel.declare(view);
-    if (lastSnap) renderAnswers(lastSnap.answers || {}, lastSnap.live);
-  });
+  let viewKnown = false, viewAsked = 0;
+  function readView() {
+    viewAsked = Date.now();
+    viewOf(id).then((v) => {
+      if (viewKnown) return;
+      viewKnown = Boolean(v && v.scenario);
+      view = v || GENERIC;
+      shares.onload = () => { if (lastSnap) renderAnswers(lastSnap.answers || {}, lastSnap.live); };
+      for (const panel of [interviews, interventions, fork, shares]) panel.declare(view);
+      if (lastSnap) renderAnswers(lastSnap.answers || {}, lastSnap.live);
+    });
+  }
+  readView();
   const control = (button, path, body) => button.addEventListener("click", async () => {
     button.disabled = true;
     el.error.textContent = "";
@@ -346,6 +359,7 @@ function runView(id) {
   function render(snap) {
     n += 1;
     lastSnap = snap;
+    if (!viewKnown && Date.now() - viewAsked > 2000) readView();  // its scenario, once known
     el.updates.dataset.n = n;
     el.updates.textContent = `${snap.live ? "live" : "from disk"} · update ${n}`;
     el.title.textContent = snap.name || id;
