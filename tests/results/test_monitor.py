@@ -631,3 +631,13 @@ def test_live_choices_count_what_a_measure_categorises() -> None:
     assert monitor.snapshot().to_json()["choices"] == {"0": [1, 1, 1], "1": [1, 1, 1]}
     monitor._reset_step(2, 6)
     assert monitor.snapshot().choices == {}
+
+
+def test_a_run_read_from_disk_shows_the_model_traffic_its_steps_report(tmp_path: Path
+                                                                        ) -> None:
+    steps = [{"step": t, "llm": {"a": {"requests": 10 * t, "prompt_tokens": 100, "retries": 1},
+                                 "b": {"requests": 1, "failures": 1}}} for t in (1, 2)]
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "completed", "steps": steps}))
+    llm = run_snapshot(tmp_path).llm
+    assert (llm.requests, llm.failures, llm.prompt_tokens, llm.retries) == (32, 2, 200, 2)
+    assert [(m.model, m.requests) for m in llm.models] == [("a", 30), ("b", 2)]

@@ -136,6 +136,12 @@ def test_a_scenarios_pages(studio: StudioServer, page: Any, name: str) -> None:
     assert set(cards) == set(series), (cards, series)
     blank = [k for k, v in cards.items() if v == "–" and any(x is not None for x in series[k])]
     assert blank == [], (blank, cards)
+    # The LLM card of a run read from disk: the requests its steps report.
+    summary = read_summary(run_dir(studio, name))
+    requests = sum(c.get("requests", 0) for e in summary["steps"]
+                   for c in (e.get("llm") or {}).values())
+    assert page.inner_text("#llm .kv > div:first-child b") == f"{requests:,}"
+    assert page.locator("#llm-from-disk").count() == 1
     page.screenshot(path=str(ARTIFACTS / f"30-{name}-{page.width}.png"), full_page=True)
 
     # An agent's page: the same rules.

@@ -965,9 +965,38 @@ def _node_totals(rows: Sequence[WorkerRow]) -> tuple[NodeRow, ...]:
                  for node, a in list(acc.items())[:MAX_NODE_ROWS])
 
 
+_USAGE = ("requests", "failures", "prompt_tokens", "completion_tokens", "retries",
+          "cached_tokens", "prefix_tokens")
+
+
+def _usage(entries: Sequence[Mapping[str, Any]]) -> LLMView:
+    """The model traffic the written steps report (each entry's ``llm``: per model, its
+    counters' increase in that step), summed; no rates, latencies or calls in flight."""
+    models: dict[str, list[int]] = {}
+    for e in entries:
+        found = e.get("llm")
+        for model, counts in (found.items() if isinstance(found, Mapping) else ()):
+            if not isinstance(counts, Mapping):
+                continue
+            acc = models.setdefault(str(model)[:80], [0] * len(_USAGE))
+            for k, key in enumerate(_USAGE):
+                value = counts.get(key)
+                if isinstance(value, int) and not isinstance(value, bool):
+                    acc[k] += value
+    total = [sum(v[k] for v in models.values()) for k in range(len(_USAGE))]
+    return LLMView(
+        requests=total[0], failures=total[1], prompt_tokens=total[2],
+        completion_tokens=total[3], retries=total[4], cached_tokens=total[5],
+        prefix_tokens=total[6],
+        models=tuple(ModelStats(k, v[0], v[1], 0, v[2], v[3], v[4], cached_tokens=v[5],
+                                prefix_tokens=v[6])
+                     for k, v in sorted(models.items())[:MAX_ENDPOINTS]))
+
+
 def run_snapshot(run_dir: str | Path) -> RunSnapshot:
     """The same view as :meth:`RunMonitor.snapshot`, for a run that is not live, from its
-    summary: metric series, the last step's distributions, status and sizes."""
+    summary: metric series, the last step's distributions, status and sizes, and the model
+    traffic its steps report (requests and tokens; no latency)."""
     from ._rundir import RunDirectory, read_summary
 
     d = Path(run_dir)
@@ -1009,6 +1038,6 @@ def run_snapshot(run_dir: str | Path) -> RunSnapshot:
         states=AgentStates(idle=agents if isinstance(agents, int) else 0),
         answers=Histogram(step=shown),
         distributions=_distributions(last_dists) if last_dists is not None else {},
-        series=_series(rows[-MAX_STEP_ROWS:]), llm=LLMView(), workers=(), workers_omitted=0,
+        series=_series(rows[-MAX_STEP_ROWS:]), llm=_usage(entries), workers=(), workers_omitted=0,
         environment={}, tables=tuple(str(t) for t in tables),
         forked_from=_fork_origin(summary))

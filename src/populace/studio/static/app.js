@@ -401,7 +401,7 @@ function runView(id) {
     renderMetrics(snap.series || {});
     renderDistributions(snap.distributions || {});
     for (const panel of [interviews, interventions, fork, shares, branch, sampling]) panel.update(snap);
-    renderLLM(snap.llm || {});
+    renderLLM(snap.llm || {}, snap.live);
     renderWorkers(snap);
     const env = Object.entries(snap.environment || {});
     el.env.replaceChildren(env.length ? table(["key", "value"], env.map(([k, v]) => ({ cells: [k, typeof v === "object" ? JSON.stringify(v) : String(v)] })), { id: "env-table" })
@@ -491,16 +491,18 @@ function runView(id) {
         h("div", { class: "muted" }, `${num(d.n)} values` + (d.missing ? `, ${num(d.missing)} missing` : "") + ` · mean ${val(d.mean)}`)))));
   }
 
-  function renderLLM(llm) {
+  function renderLLM(llm, isLive) {
     const lat = llm.latency_s || {};
     const kv = (label, value) => h("div", null, h("small", null, label), h("b", null, value));
+    const now = (x) => (isLive ? num(x) : "–");  // rates and calls in flight: a live run's
     const parts = [h("div", { class: "kv" },
-      kv("requests", num(llm.requests)), kv("requests/s", num(llm.requests_per_s)),
-      kv("answers/s", num(llm.answers_per_s)), kv("in flight", num(llm.in_flight)),
+      kv("requests", num(llm.requests)), kv("requests/s", now(llm.requests_per_s)),
+      kv("answers/s", now(llm.answers_per_s)), kv("in flight", now(llm.in_flight)),
       kv("tokens in", num(llm.prompt_tokens)), kv("tokens out", num(llm.completion_tokens)),
       kv("tokens cached", num(llm.cached_tokens)), kv("prefix reused", num(llm.prefix_tokens)),
       kv("retries", num(llm.retries)), kv("failed requests", num(llm.failures)),
       kv("latency p50", secs(lat.p50)), kv("latency p90", secs(lat.p90)), kv("latency p99", secs(lat.p99)))];
+    if (!isLive) parts.push(h("div", { class: "muted", id: "llm-from-disk" }, "from the steps' summary: requests and tokens of every model; rates, calls in flight and latencies are measured while a run is live"));
     if (lat.basis === "arrival") parts.push(h("div", { class: "muted", id: "latency-basis" }, "latency: the scenario measures none per answer, so from the start of the step's collection to each answer's arrival"));
     if ((llm.errors || []).length) {
       parts.push(h("div", { class: "msg-label" }, "failed answers by kind"),
