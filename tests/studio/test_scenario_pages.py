@@ -134,6 +134,9 @@ def test_a_scenarios_pages(studio: StudioServer, page: Any, name: str) -> None:
         "#metric-charts .spark", "ss => ss.map(s => [s.dataset.metric, "
         "s.querySelector('.spark-value').textContent.trim()])"))
     assert set(cards) == set(series), (cards, series)
+    if name == "game":  # its headline metrics first (the terminal line's)
+        assert list(cards)[:6] == ["n_valid", "mean", "median", "std", "target",
+                                   "winner_number"], list(cards)
     blank = [k for k, v in cards.items() if v == "–" and any(x is not None for x in series[k])]
     assert blank == [], (blank, cards)
     # The LLM card of a run read from disk: the requests its steps report.

@@ -83,6 +83,8 @@ def scenario_view(run_dir: Path) -> dict[str, Any]:
         "scenario": cls.name if cls is not None else None,
         "answers": declared.answers,
         "categorical": list(declared.categorical),
+        # the metrics it shows first: those of its terminal line (Scenario.shown)
+        "metrics": [str(m) for m in (cls.shown or ())] if cls is not None else [],
         "choices": [[str(q), [str(o) for o in options]] for q, options in declared.choices],
         "examples": {"question": declared.question or QUESTION, "where": where,
                      "message": declared.message or MESSAGE,

@@ -93,7 +93,7 @@ function viewOf(id) {
   }
   return declared.get(id);
 }
-const GENERIC = { answers: null, categorical: [], choices: [], unrecorded_models: [],
+const GENERIC = { answers: null, categorical: [], choices: [], metrics: [], unrecorded_models: [],
   examples: { question: "What matters most to you right now, and why?", where: null,
               message: "An announcement for everyone.", changes: "seed=3" } };
 
@@ -328,6 +328,7 @@ function runView(id) {
       shares.onload = () => { if (lastSnap) renderAnswers(lastSnap.answers || {}, lastSnap.live); };
       for (const panel of [interviews, interventions, fork, shares]) panel.declare(view);
       if (lastSnap) renderAnswers(lastSnap.answers || {}, lastSnap.live);
+      if (lastSeries) renderMetrics(lastSeries);
     });
   }
   readView();
@@ -440,10 +441,14 @@ function runView(id) {
   let metricsKey = "", chosen = null;
   function renderMetrics(series) {
     lastSeries = series;
-    const key = JSON.stringify([series, [...marks]]);
+    const key = JSON.stringify([series, [...marks], view.metrics]);
     if (key === metricsKey) return; // unchanged: the table and its Fork buttons stay put
     metricsKey = key;
-    const steps = series.steps || [], metrics = Object.entries(series.metrics || {});
+    // The scenario's headline metrics first (its terminal line's), then the rest as reported.
+    const first = view.metrics || [];
+    const rank = (k) => (first.includes(k) ? first.indexOf(k) : first.length);
+    const steps = series.steps || [], metrics = Object.entries(series.metrics || {})
+      .map((kv, i) => [kv, i]).sort(([[a], i], [[b], j]) => rank(a) - rank(b) || i - j).map(([kv]) => kv);
     if (!steps.length) {
       el.metrics.replaceChildren(h("p", { class: "muted" }, "No step finished yet."));
       return;
