@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pytest
 import yaml
 
-from cli_helpers import run_in_process
+from cli_helpers import environment, populace, run_in_process
 from populace.core import ModelError, derive_seed, seed_for
 from populace.launch import launch, load_run_file
 from populace.llm import Completion, ModelStats, ScriptedParams, ServerOptions, running_server
@@ -295,18 +295,6 @@ TWO_WAVES = {"instructions": INSTRUCTIONS, "questions": [
     {"id": "again", "type": "single_choice", "text": "Would you get one next year?",
      "options": ["Yes", "No"], "ask_if": 'vaccine in ["Very likely", "Likely"]'},
 ], "waves": [["vaccine", "transport"], ["news", "hours", "again"]]}
-
-
-def environment() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR",
-                                                             "RAY_ADDRESS")}
-    env["NO_COLOR"] = "1"
-    return env
-
-
-def populace(*args: str | Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "populace.cli", *map(str, args)],
-                          capture_output=True, text=True, env=environment(), timeout=timeout)
 
 
 def wait_for(what: str, ready: Any, proc: subprocess.Popen[Any], log: Path,
