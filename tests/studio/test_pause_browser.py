@@ -72,6 +72,8 @@ def test_pause_step_and_resume_a_live_run(studio: tuple[StudioServer, Path]) -> 
         # the game's own examples, once its scenario is known (the page opened before)
         page.wait_for_function("document.querySelector('#iv-question').placeholder"
                                ".includes('choose your number')", timeout=10_000)
+        with urllib.request.urlopen(f"{server.url.rstrip('/')}/api/runs/{run_id}") as r:
+            assert len(r.read()) <= 5_000  # the live update, pause included, stays small
         summary = read_summary(root / "runs" / run_id)  # the summary says so
         assert summary["paused_after"] == held and len(summary["steps"]) == held
         page.screenshot(path=str(ARTIFACTS / "25-paused-1280.png"), full_page=True)
