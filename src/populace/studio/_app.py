@@ -40,6 +40,7 @@ import asyncio
 import io
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -263,7 +264,7 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
             attribute=attribute, value=value)
         data = await asyncio.to_thread(_encode, rows, format)
         at = f"-step{chosen['step']}" if chosen.get("step") is not None else ""
-        name = f"{run_id}-{chosen['name']}{at}.{format}"
+        name = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{run_id}-{chosen['name']}{at}") + f".{format}"
         return Response(data, media_type="text/csv" if format == "csv"
                         else "application/vnd.apache.parquet",
                         headers={"Content-Disposition": f'attachment; filename="{name}"'})
