@@ -67,8 +67,10 @@ class SamplingConfig(StrictModel):
 
 def sampling_field() -> Any:
     """The ``sampling:`` key every model config has (none: every agent is asked)."""
-    return Field(None, description="archetype sampling with an individual audit (default: "
-                 "every agent asked)")
+    # left out of dumps when unset: a run's config.yaml shows only what it uses
+    return Field(None, exclude_if=lambda value: value is None,
+                 description="archetype sampling with an individual audit (default: every "
+                 "agent asked)")
 
 
 #: One audited pair count: (decision, individual answer, the mode's answer, count).
