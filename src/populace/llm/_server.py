@@ -101,6 +101,13 @@ class ServerOptions:
     batch job takes to answer all its requests (spread evenly over them). Latencies are at
     most 3600 seconds, the other times at most 86400 (a day).
 
+    ``batch_faults``: how the batches created end, the i-th entry for the i-th batch (those
+    past the list complete): ``"ok"``; ``"expired:F"``, ``"failed:F"`` or ``"cancelled:F"``
+    (the batch ends so after answering the share F of its requests, in order, their answers
+    in its output file as OpenAI keeps them); ``"hold:S"`` (``POST /v1/batches`` creates the
+    batch, which runs normally, but answers only S seconds later: a client killed in
+    between has lost the batch's id, not the batch).
+
     ``engine``: time completions on a simulated inference engine with these parameters (the
     ``latency`` comes first, as a network's would; batch jobs do not use the engine).
     ``max_running``: a completion request arriving while that many are in flight is
@@ -124,6 +131,7 @@ class ServerOptions:
     batch_latency: float = 0.5
     engine: EngineParams | None = None
     max_running: int | None = None
+    batch_faults: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         models = (self.models,) if isinstance(self.models, str) else tuple(self.models)
@@ -163,6 +171,31 @@ class ServerOptions:
         if self.max_running is not None and (type(self.max_running) is not int
                                              or self.max_running < 1):
             raise ValueError(f"max_running must be an integer >= 1, got {self.max_running!r}")
+        faults = (self.batch_faults,) if isinstance(self.batch_faults, str) \
+            else tuple(self.batch_faults)
+        for fault in faults:
+            _batch_fault(fault)
+        object.__setattr__(self, "batch_faults", faults)
+
+
+_FAULTS = ("expired", "failed", "cancelled", "hold")
+
+
+def _batch_fault(fault: Any) -> tuple[str, float]:
+    """An entry of ``ServerOptions.batch_faults`` as ``(kind, number)``; a ValueError names a
+    bad one."""
+    kind, _, number = fault.partition(":") if isinstance(fault, str) else ("", "", "")
+    if kind == "ok" and not number:
+        return "ok", 1.0
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    most = MAX_TIMEOUT_S if kind == "hold" else 1.0
+    if kind not in _FAULTS or not 0 <= value <= most:
+        raise ValueError(f"batch_faults entries are ok, expired:F, failed:F, cancelled:F (F a "
+                         f"share from 0 to 1) or hold:S (seconds), got {fault!r}")
+    return kind, value
 
 
 def _within(seconds: Any, most: float) -> bool:
@@ -611,6 +644,7 @@ class _Batch:
         self.output_file_id: str | None = None
         self.error_file_id: str | None = None
         self.stop = asyncio.Event()  # cancel was asked
+        self.fault: tuple[str, float] = ("ok", 1.0)  # ServerOptions.batch_faults's entry
 
     def move(self, status: str) -> None:
         self.status = status
@@ -639,6 +673,7 @@ class _Jobs:
         self.files: dict[str, _File] = {}
         self.batches: dict[str, _Batch] = {}
         self._made = 0
+        self._batches_made = 0
         self._tasks: set[asyncio.Task[None]] = set()
 
     def _id(self, prefix: str) -> tuple[int, str]:
@@ -655,6 +690,10 @@ class _Jobs:
         serial, batch_id = self._id("batch_")
         job = self.batches[batch_id] = _Batch(serial, batch_id, input_file, endpoint,
                                               completion_window, metadata)
+        faults = app[_OPTIONS].batch_faults
+        if self._batches_made < len(faults):
+            job.fault = _batch_fault(faults[self._batches_made])
+        self._batches_made += 1
         task = asyncio.get_running_loop().create_task(_run_job(app, job), name=batch_id)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -721,8 +760,11 @@ async def _run_job(app: web.Application, job: _Batch) -> None:
             else:
                 job.failed += 1
 
-        await _answer_all(options, state, requests, job.stop, record)
-        if not job.stop.is_set():
+        kind, share = job.fault
+        ends = kind in ("expired", "failed", "cancelled")
+        answered = requests[:int(share * len(requests) + 1e-9)] if ends else requests
+        await _answer_all(options, state, answered, job.stop, record)
+        if not job.stop.is_set() and not ends:
             job.move("finalizing")
         if good:
             job.output_file_id = jobs.add_file(f"{job.id}_output.jsonl", "batch_output",
@@ -730,7 +772,9 @@ async def _run_job(app: web.Application, job: _Batch) -> None:
         if bad:
             job.error_file_id = jobs.add_file(f"{job.id}_error.jsonl", "batch_error",
                                               encode_lines(bad)).id
-        job.move("cancelled" if job.stop.is_set() else "completed")
+        if kind == "failed":
+            job.errors = [InputProblem(None, "server_error", "the batch failed (injected)")]
+        job.move("cancelled" if job.stop.is_set() else kind if ends else "completed")
     except Exception:  # a bug must not leave the batch in progress for ever
         log.exception("batch %s failed", job.id)
         job.errors = [InputProblem(None, "server_error", "the server failed running it")]
@@ -852,6 +896,8 @@ async def _create_batch(request: web.Request) -> web.Response:
             isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())):
         return _api_error(400, "metadata must map strings to strings.", param="metadata")
     job = jobs.add_batch(request.app, input_file, CHAT_URL, "24h", metadata)
+    if job.fault[0] == "hold":  # the batch exists and runs; its id reaches the client late
+        await asyncio.sleep(job.fault[1])
     return web.json_response(job.as_json())
 
 

@@ -1,0 +1,319 @@
+"""Batch jobs that finish (issue 28): a batch the server fails, expires (with a partial
+output) or cancels keeps its answers, and ``populace run --resume`` sends only the missing
+requests; a run may resubmit them itself, up to ``max_retries``; a kill between creating a
+batch and journaling it never pays twice (the intent is journaled first, and the batch found
+again by its metadata tag); 5xx lines are retried as plain mode retries them.
+
+Real HTTP throughout: ``serve-llm``'s app (in a thread of this process, so that it outlives
+the killed runs) with ``ServerOptions.batch_faults``, and ``populace run`` in a subprocess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from populace.core import ModelBadResponse
+from populace.llm import OpenAIConfig, ServerOptions, build_model, running_server
+from populace.results import read_summary, read_table
+
+GAME = {"level": "P2", "protocol": "two_call", "feedback": True}
+AGENTS = 60
+
+
+def options(*faults: str, **extra: Any) -> ServerOptions:
+    return ServerOptions(policy="scripted", models=("scripted",), batch_latency=0.2,
+                         batch_faults=faults, **extra)
+
+
+@contextmanager
+def served(opts: ServerOptions) -> Iterator[str]:
+    """serve-llm's app on a free port, in a thread; yields its base URL."""
+    ready: queue.Queue[Any] = queue.Queue()
+    box: dict[str, Any] = {}
+
+    async def main() -> None:
+        box["loop"], box["stop"] = asyncio.get_running_loop(), asyncio.Event()
+        async with running_server(opts) as url:
+            ready.put(url)
+            await box["stop"].wait()
+
+    thread = threading.Thread(target=lambda: asyncio.run(main()), daemon=True)
+    thread.start()
+    url = ready.get(timeout=30)
+    try:
+        yield url
+    finally:
+        box["loop"].call_soon_threadsafe(box["stop"].set)
+        thread.join(timeout=30)
+
+
+def stats(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url.removesuffix("/v1") + "/stats", timeout=10) as r:
+        return json.loads(r.read())
+
+
+def run_file(tmp_path: Path, url: str, *, max_retries: int = 0, name: str = "run") -> Path:
+    model = {"provider": "openai", "model": "scripted", "base_urls": [url],
+             "max_concurrency": 512, "max_retries": max_retries,
+             "batch": {"mode": "api", "window": 0.2, "poll": 0.05}}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(json.dumps({"name": name, "scenario": "guess_number", "seed": 42,
+                                "agents": AGENTS, "rounds": 1, "workers": 1,
+                                "models": {"llm": model}, "game": GAME}))
+    return path
+
+
+def environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR",
+                                                             "RAY_ADDRESS")}
+    env["NO_COLOR"] = "1"
+    return env
+
+
+def populace(*args: str | Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "populace.cli", *map(str, args)],
+                          capture_output=True, text=True, env=environment(), timeout=timeout)
+
+
+def journal(run_dir: Path, kind: str = "batch") -> list[dict[str, Any]]:
+    path = run_dir / "llm_batches" / "journal.jsonl"
+    if not path.exists():
+        return []
+    whole = path.read_text().rpartition("\n")[0]  # only whole lines
+    return [line for line in map(json.loads, whole.splitlines()) if kind in line]
+
+
+def responses(run_dir: Path, *, retries: bool = True) -> pa.Table:
+    """The responses table without ``latency_s`` (wall time differs between any two runs)
+    and, with ``retries=False``, without ``retries`` (a retried call's row says so)."""
+    table = read_table(run_dir, "responses")
+    drop = {"latency_s"} | (set() if retries else {"retries"})
+    return table.select([c for c in table.column_names if c not in drop])
+
+
+@pytest.fixture(scope="module")
+def undisturbed(tmp_path_factory: pytest.TempPathFactory) -> pa.Table:
+    """The rows of the run on a server whose batches all complete."""
+    base = tmp_path_factory.mktemp("undisturbed")
+    with served(options()) as url:
+        done = populace("run", run_file(base, url), "--out", base / "out")
+        assert done.returncode == 0, done.stderr
+        assert stats(url)["batch_requests"] == AGENTS * 2
+    rows = responses(base / "out")
+    assert rows.num_rows == AGENTS and all(rows.column("valid").to_pylist())
+    return rows
+
+
+def one_line(stderr: str) -> str:
+    assert "Traceback" not in stderr, stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+def assert_each_request_once(url: str) -> None:
+    """The server answered the run's 2 calls per agent, each once (a request sent again
+    would count twice), and every batch's requests add up to them."""
+    s = stats(url)
+    assert s["batch_requests"] == s["requests"] == AGENTS * 2, s
+    assert sum(b["completed"] for b in s["batches"].values()) == AGENTS * 2, s["batches"]
+
+
+# -- a dead batch: its answers kept, --resume sends only the missing -------------------------
+@pytest.mark.parametrize(("fault", "answered", "said"), [
+    ("expired:0.5", 30, "expired (24h window) with 30 of 60 answered (kept)"),
+    ("cancelled:0.5", 30, "was cancelled with 30 of 60 answered (kept)"),
+    ("failed:0", 0, "failed (the batch failed (injected)) with 0 of 60 answered (kept)"),
+])
+def test_resume_finishes_a_dead_batch_sending_only_the_missing_requests(
+        tmp_path: Path, undisturbed: pa.Table, fault: str, answered: int, said: str) -> None:
+    with served(options(fault)) as url:
+        path, out = run_file(tmp_path, url), tmp_path / "out"
+        first = populace("run", path, "--out", out)
+        assert first.returncode == 1, first.stdout
+        line = one_line(first.stderr)
+        assert f"batch {fault.split(':')[0]}" in line, line  # the failure's kind
+        assert said in line, line
+        assert f"the job stops: --resume sends only the {60 - answered} missing" in line, line
+        assert f"continue with: populace run --resume {out}" in line, line
+        dead = stats(url)
+        assert dead["batch_requests"] == answered
+        assert [b["status"] for b in dead["batches"].values()] == [fault.split(":")[0]]
+
+        again = populace("run", "--resume", out)
+        assert again.returncode == 0, again.stderr
+        assert "Traceback" not in again.stderr
+        assert_each_request_once(url)
+        statuses = [b["status"] for b in stats(url)["batches"].values()]
+        # the dead batch, one batch of the missing answers, one of the extractions
+        assert statuses == [fault.split(":")[0], "completed", "completed"], statuses
+        assert [b["total"] for b in stats(url)["batches"].values()][1:] == [
+            60 - answered, 60]
+    assert read_summary(out)["status"] == "completed"
+    assert responses(out).equals(undisturbed)
+    # The journal names the resubmitted requests' new batch after the dead one.
+    lines = journal(out)
+    assert len(lines) == 3 and len(lines[1]["ids"]) == 60 - answered
+    assert set(lines[1]["ids"]) <= set(lines[0]["ids"])
+
+
+def test_a_run_resubmits_the_missing_requests_itself_up_to_max_retries(
+        tmp_path: Path, undisturbed: pa.Table) -> None:
+    with served(options("expired:0.5", "expired:0.5")) as url:
+        out = tmp_path / "out"
+        done = populace("run", run_file(tmp_path, url, max_retries=2), "--out", out)
+        assert done.returncode == 0, done.stderr
+        assert_each_request_once(url)
+        s = stats(url)["batches"]
+        assert [(b["status"], b["total"], b["completed"]) for b in s.values()] == [
+            ("expired", 60, 30), ("expired", 30, 15), ("completed", 15, 15),
+            ("completed", 60, 60)]
+    assert responses(out, retries=False).equals(undisturbed.drop_columns(["retries"]))
+    # The resubmissions count as retries in the rows and summary, as plain mode's do.
+    assert sum(read_table(out, "responses").column("retries").to_pylist()) == 30 + 15
+    llm = read_summary(out)["steps"][0]["llm"]["llm"]
+    assert (llm["requests"], llm["failures"], llm["retries"]) == (120, 0, 30 + 15)
+
+
+def test_a_cancelled_batch_is_not_resubmitted_by_the_run_that_saw_it_cancelled(
+        tmp_path: Path) -> None:
+    with served(options("cancelled:0.5")) as url:
+        out = tmp_path / "out"
+        done = populace("run", run_file(tmp_path, url, max_retries=3), "--out", out)
+        assert done.returncode == 1
+        assert "was cancelled with 30 of 60 answered (kept)" in one_line(done.stderr)
+        assert len(stats(url)["batches"]) == 1  # a cancel means stop
+
+
+# -- a kill between creating the batch and journaling it --------------------------------------
+def wait_until(what: str, ready: Any, proc: subprocess.Popen[Any], timeout: float = 40
+               ) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := ready()):
+        assert proc.poll() is None, f"exited before {what}"
+        assert time.monotonic() < deadline, f"no {what}"
+        time.sleep(0.02)
+    return found
+
+
+def test_kill_9_between_creating_a_batch_and_journaling_it_never_pays_twice(
+        tmp_path: Path, undisturbed: pa.Table) -> None:
+    # The server creates (and runs) the first batch but answers its id 60 s later.
+    with served(options("hold:60")) as url:
+        path, out = run_file(tmp_path, url), tmp_path / "out"
+        proc = subprocess.Popen([sys.executable, "-m", "populace.cli", "run", path, "--out",
+                                 out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env=environment())
+        try:
+            wait_until("the batch", lambda: stats(url)["batches"], proc)
+            wait_until("the batch's answers", lambda: stats(url)["batch_requests"] == 60,
+                       proc)
+            assert journal(out, "intent") and not journal(out), "not between create and journal"
+            os.kill(proc.pid, signal.SIGKILL)
+            assert proc.wait(timeout=30) == -signal.SIGKILL
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+        intent = journal(out, "intent")[0]
+        first = next(iter(stats(url)["batches"]))
+
+        done = populace("run", "--resume", out)
+        assert done.returncode == 0, done.stderr
+        assert_each_request_once(url)
+        assert len(stats(url)["batches"]) == 2  # the found batch, then the extractions
+    assert responses(out).equals(undisturbed)
+    # The batch was found by its tag and journaled before it was read.
+    found = journal(out)[0]
+    assert (found["batch"], found["tag"], found["ids"]) == (first, intent["intent"],
+                                                             intent["ids"])
+
+
+async def test_an_intent_whose_batch_was_never_created_is_sent(tmp_path: Path) -> None:
+    """Killed after journaling the intent but before the batch existed: the server has no
+    batch with its tag, so the requests go out (once)."""
+    work = tmp_path / "llm_batches"
+    messages = [[{"role": "user", "content": f"Pick a number (player {i})"}] for i in range(3)]
+
+    async def ask(url: str) -> list[Any]:
+        config = OpenAIConfig(provider="openai", model="scripted", base_urls=[url],
+                              batch={"mode": "api", "window": 0.05, "poll": 0.02})
+        model = build_model("llm", config, work_dir=work)
+        try:
+            return await asyncio.gather(*(model.complete(m, seed=7) for m in messages))
+        finally:
+            await model.aclose()
+
+    async with running_server(options()) as url:
+        first = await ask(url)
+    # As if killed before the batch was created: only the intent is journaled.
+    path = work / "journal.jsonl"
+    path.write_text("".join(line + "\n" for line in path.read_text().splitlines()
+                            if "intent" in json.loads(line)))
+    async with running_server(options()) as url:  # another server: no batch has the tag
+        again = await ask(url)
+        s = await asyncio.to_thread(stats, url)
+    assert [a.text for a in again] == [a.text for a in first]
+    assert s["batch_requests"] == 3 and len(s["batches"]) == 1
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert ["intent" in line for line in lines] == [True, True, False]
+
+
+def test_bad_batch_faults_are_refused() -> None:
+    for bad in ("expired", "expired:2", "late:1", "hold:-1", 3):
+        with pytest.raises(ValueError, match="batch_faults"):
+            options(bad)  # type: ignore[arg-type]
+    assert options("ok", "hold:5", "failed:0.25").batch_faults == ("ok", "hold:5",
+                                                                   "failed:0.25")
+
+
+# -- 5xx lines are retried as plain mode retries them -----------------------------------------
+def test_5xx_lines_are_retried_and_the_run_gets_every_answer(
+        tmp_path: Path, undisturbed: pa.Table) -> None:
+    with served(options(rate_500=0.1)) as url:
+        out = tmp_path / "out"
+        done = populace("run", run_file(tmp_path, url, max_retries=4), "--out", out)
+        assert done.returncode == 0, done.stderr
+        s = stats(url)
+    failed = sum(b["failed"] for b in s["batches"].values())
+    assert failed > 0, "no 500 line: nothing was retried"
+    assert s["batch_requests"] == AGENTS * 2 + failed  # each 500 line sent once more
+    assert responses(out, retries=False).equals(undisturbed.drop_columns(["retries"]))
+    assert sum(read_table(out, "responses").column("retries").to_pylist()) == failed
+    llm = read_summary(out)["steps"][0]["llm"]["llm"]
+    assert (llm["failures"], llm["retries"]) == (0, failed)
+
+
+async def test_a_dead_batch_fails_its_calls_in_one_line(tmp_path: Path) -> None:
+    config = OpenAIConfig(provider="openai", model="scripted", base_urls=["http://x/v1"],
+                          max_retries=0, batch={"mode": "api", "window": 0.05, "poll": 0.02})
+    async with running_server(options("expired:0.5")) as url:
+        model = build_model("llm", config.model_copy(update={"base_urls": [url]}),
+                            work_dir=tmp_path / "w")
+        try:
+            answers = await asyncio.gather(
+                *(model.complete([{"role": "user", "content": f"Pick (player {i})"}], seed=i)
+                  for i in range(4)), return_exceptions=True)
+        finally:
+            await model.aclose()
+    assert all(isinstance(a, ModelBadResponse) for a in answers), answers
+    assert {a.cause for a in answers} == {"batch expired"}  # type: ignore[union-attr]
+    assert len({str(a) for a in answers}) == 1 and "\n" not in str(answers[0])
+    assert "expired (24h window) with 2 of 4 answered (kept); the job stops: --resume sends " \
+        "only the 2 missing" in str(answers[0]), answers[0]
