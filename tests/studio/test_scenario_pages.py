@@ -52,11 +52,39 @@ RUNS = {
 }
 
 
+# A scenario whose steps warn and whose agents sometimes fail: the page's log of them.
+NOISY = """\
+from populace.core import Agent
+from populace.launch import Run, Scenario
+
+
+class Flaky(Agent):
+    async def answer(self, t: int) -> float:
+        if self.id % 10 == 0:
+            raise ValueError("no answer today")
+        return 1.0
+
+
+class Noisy(Scenario):
+    name = "noisy"
+
+    async def setup(self, run: Run) -> None:
+        self.people = await run.create(Flaky)
+
+    async def step(self, run: Run, t: int) -> None:
+        out = await run.collect(self.people.map(Flaky.answer, t), on_error="return")
+        run.metric("answered", sum(not isinstance(x, BaseException) for x in out))
+        run.warn(f"step {t}: the weather was bad")
+"""
+
+
 @pytest.fixture(scope="module")
 def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StudioServer]:
     root = tmp_path_factory.mktemp("scenarios")
     (root / "game.yaml").write_text(GAME)
-    for name, (path, overrides) in RUNS.items():
+    (root / "noisy.py").write_text(NOISY)
+    (root / "noisy.yaml").write_text("scenario: noisy.py:Noisy\nagents: 50\nsteps: 2\n")
+    for name, (path, overrides) in {**RUNS, "noisy": (root / "noisy.yaml", {})}.items():
         run = load_run_file(path or root / "game.yaml", dict(overrides))
         asyncio.run(launch(run, RunDirectory.create(root / "runs" / name),
                            cache=root / "cache"))
@@ -199,3 +227,20 @@ def test_tables_download_as_csv_and_parquet(studio: StudioServer, page: Any,
     assert steps.column("step").to_pylist() == [e["step"] for e in summary["steps"]]
     assert steps.column("valid_share").to_pylist() == [e["valid_share"]
                                                        for e in summary["steps"]]
+
+
+def test_warnings_and_failures_are_listed_per_step(studio: StudioServer, page: Any) -> None:
+    # Each step's warnings and failed answers (by kind, with an example), from the summary;
+    # a run with none has no such card.
+    page.goto(f"{studio.url}#/run/noisy")
+    page.wait_for_selector("#log-card:not([hidden]) #log-table tbody tr", timeout=30_000)
+    rows = [r.locator("td").all_inner_texts() for r in page.locator("#log-table tbody tr").all()]
+    assert [r[:2] for r in rows] == [["1", "warning"], ["1", "failed"],
+                                     ["2", "warning"], ["2", "failed"]], rows
+    assert rows[0][2] == "step 1: the weather was bad"
+    assert rows[1][2].startswith("5 of 50: ValueError ×5") and "no answer today" in rows[1][2]
+    check_layout(page)
+    page.goto(f"{studio.url}#/run/game")
+    page.wait_for_selector("#metrics-table tbody tr")
+    page.wait_for_timeout(500)
+    assert page.is_hidden("#log-card")

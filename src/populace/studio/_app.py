@@ -21,6 +21,7 @@ Endpoints (all under the security rules of ``_security``)::
     GET  /api/runs/{id}/branch              a fork beside its source, step by step
     GET  /api/runs/{id}/sampling            archetype sampling: each step's audit
     GET  /api/runs/{id}/workers             each process's CPU and memory over the run
+    GET  /api/runs/{id}/log                 its steps' warnings and failures, error.txt
     GET  /api/configs                       run files the studio may start
     GET  /runs/{id}/report/                 the run's report.html (and files it links)
 
@@ -68,6 +69,7 @@ from ._security import Guard, _refuse, is_loopback
 from ._view import (
     branch_view,
     categorical_history,
+    run_log,
     sampling_history,
     scenario_view,
     state_describer,
@@ -334,6 +336,10 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
         live = runs.live(run_id)  # measured by this process only: none from disk
         return live.monitor.worker_history() if live is not None else {"t": [],
                                                                       "processes": []}
+
+    @app.get("/api/runs/{run_id}/log")
+    async def log_of(run_id: str) -> dict[str, Any]:
+        return await asyncio.to_thread(run_log, runs.check(run_id))
 
     @app.get("/api/runs/{run_id}/branch")
     async def branch(run_id: str) -> dict[str, Any]:

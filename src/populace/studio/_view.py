@@ -238,3 +238,35 @@ def branch_view(run_dir: Path, source_dir: Path, at: int) -> dict[str, Any]:
             "metrics": {n: {"source": [value(theirs.get(t), n) for t in steps],
                             "branch": [value(mine.get(t), n) for t in steps]}
                         for n in names}}
+
+
+MAX_LOG_STEPS = 100   # steps of warnings sent (the latest that have any)
+MAX_ERROR = 4000      # characters of error.txt shown
+
+
+def run_log(run_dir: Path) -> dict[str, Any]:
+    """What went wrong in a run, step by step, from ``summary.json``: each step's
+    ``warnings`` and ``failed`` answers (the latest :data:`MAX_LOG_STEPS` steps with any),
+    and the start of ``error.txt`` (a failed run's traceback)."""
+    from populace.results import read_summary
+
+    try:
+        summary = read_summary(run_dir)
+    except (OSError, ValueError):
+        summary = {}
+    steps = []
+    for e in summary.get("steps") or summary.get("rounds") or []:
+        if not isinstance(e, Mapping):
+            continue
+        warnings = [str(w)[:500] for w in (e.get("warnings") or [])[:20]]
+        failed = e.get("failed") if isinstance(e.get("failed"), Mapping) else None
+        if warnings or failed:
+            steps.append({"step": e.get("step", e.get("round")), "warnings": warnings,
+                          "failed": failed})
+    try:
+        with open(run_dir / "error.txt", encoding="utf-8", errors="replace") as f:
+            error: str | None = f.read(MAX_ERROR)
+    except OSError:
+        error = None
+    return {"steps": steps[-MAX_LOG_STEPS:], "error": error,
+            "failed_step": summary.get("failed_step")}

@@ -296,6 +296,7 @@ function runView(id) {
   const interventions = intervenePanel(id, (m) => { marks = m; if (lastSeries) renderMetrics(lastSeries); });
   const shares = sharesPanel(id);
   const branch = branchPanel(id);
+  const problems = logPanel(id);
   const sampling = samplingPanel(id);
   setView(
     h("section", { class: "card" },
@@ -316,7 +317,8 @@ function runView(id) {
     h("div", { class: "grid" },
       box("llm", "LLM"),
       box("workers", "Workers")),
-    box("env", "Environment"));
+    box("env", "Environment"),
+    problems.node);
   document.getElementById("metrics-card").append(fork.node);
   let viewKnown = false, viewAsked = 0;
   function readView() {
@@ -401,7 +403,7 @@ function runView(id) {
     renderAnswers(snap.answers || {}, snap.live);
     renderMetrics(snap.series || {});
     renderDistributions(snap.distributions || {});
-    for (const panel of [interviews, interventions, fork, shares, branch, sampling]) panel.update(snap);
+    for (const panel of [interviews, interventions, fork, shares, branch, sampling, problems]) panel.update(snap);
     renderLLM(snap.llm || {}, snap.live);
     renderWorkers(snap);
     const env = Object.entries(snap.environment || {});
@@ -1134,6 +1136,39 @@ function branchPanel(id) {
       origin = snap.forked_from;
       node.hidden = !origin;
       if (origin && snap.steps_done !== stepsDone) { stepsDone = snap.steps_done; load(); }
+    },
+  };
+}
+
+// What went wrong, step by step: each step's warnings (run.warn, values outside a
+// distribution's range…) and failed answers by kind, a failed step, and error.txt. Read
+// from the run's summary when a step ends; hidden while there is nothing to say.
+function logPanel(id) {
+  const body = h("div", { id: "log" });
+  const node = h("section", { class: "card", id: "log-card", hidden: true }, h("h3", null, "Warnings and errors"), body);
+  let key = null;
+  async function load() {
+    let r;
+    try {
+      r = await api(`/api/runs/${enc(id)}/log`);
+    } catch (e) {
+      return;
+    }
+    const rows = r.steps.flatMap((x) => [
+      ...x.warnings.map((w) => ({ cells: [x.step, "warning", h("div", { class: "answer" }, w)] })),
+      ...(x.failed ? [{ cells: [x.step, "failed", h("div", { class: "answer" },
+        `${num(x.failed.answers)} of ${num(x.failed.of)}: ` + Object.entries(x.failed.kinds || {}).map(([k, c]) => `${k} ×${num(c)}`).join(", ") +
+        (x.failed.example ? ` — e.g. ${x.failed.example}` : ""))] }] : [])]);
+    if (r.failed_step) rows.push({ cells: [r.failed_step.step, "step failed", h("div", { class: "answer" }, "not written; its calls are counted in the summary")] });
+    node.hidden = !rows.length && !r.error;
+    body.replaceChildren(...[rows.length ? h("div", { class: "manage-list" }, table(["step", "what", ""], rows, { id: "log-table", numeric: [0] })) : null,
+      r.error ? [h("div", { class: "msg-label" }, "error.txt"), h("pre", { id: "log-error" }, r.error)] : null].filter(Boolean).flat());
+  }
+  return {
+    node,
+    update(snap) {
+      const now = `${snap.steps_done}/${snap.status}`;
+      if (now !== key) { key = now; load(); }
     },
   };
 }
