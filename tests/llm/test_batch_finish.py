@@ -37,8 +37,8 @@ AGENTS = 60
 
 
 def options(*faults: str, **extra: Any) -> ServerOptions:
-    return ServerOptions(policy="scripted", models=("scripted",), batch_latency=0.2,
-                         batch_faults=faults, **extra)
+    return ServerOptions(**{"policy": "scripted", "models": ("scripted",),
+                            "batch_latency": 0.2, "batch_faults": faults, **extra})
 
 
 @contextmanager
@@ -131,6 +131,7 @@ def assert_each_request_once(url: str) -> None:
     """The server answered the run's 2 calls per agent, each once (a request sent again
     would count twice), and every batch's requests add up to them."""
     s = stats(url)
+    assert s["batch_answered_again"] == 0, s
     assert s["batch_requests"] == s["requests"] == AGENTS * 2, s
     assert sum(b["completed"] for b in s["batches"].values()) == AGENTS * 2, s["batches"]
 
@@ -243,6 +244,61 @@ def test_kill_9_between_creating_a_batch_and_journaling_it_never_pays_twice(
     found = journal(out)[0]
     assert (found["batch"], found["tag"], found["ids"]) == (first, intent["intent"],
                                                              intent["ids"])
+
+
+def batch_lines(n: int) -> Any:
+    return lambda out: len(journal(out)) >= n
+
+
+def answered(url: str, n: int) -> Any:
+    return lambda out: stats(url)["batch_requests"] >= n
+
+
+# Moments to kill a run at, on a server whose batches take 2 s: the server's faults, the
+# run's max_retries, and when to kill (given the run directory).
+MOMENTS = {
+    # inside the first batch (the answers), its id journaled
+    "mid-batch": ((), 0, lambda url: batch_lines(1)),
+    # the first batch answered, the run reading its output or starting the extractions
+    "between-batches": ((), 0, lambda url: answered(url, 60)),
+    # inside the second batch (the extractions)
+    "mid-second-batch": ((), 0, lambda url: batch_lines(2)),
+    # inside the batch resubmitting what an expired batch did not answer
+    "mid-resubmission": (("expired:0.5",), 1, lambda url: batch_lines(2)),
+}
+
+
+@pytest.mark.parametrize("moment", list(MOMENTS))
+def test_kill_9_at_any_moment_then_resume_answers_each_request_once(
+        tmp_path: Path, undisturbed: pa.Table, moment: str) -> None:
+    faults, retries, when = MOMENTS[moment]
+    with served(options(*faults, batch_latency=2.0)) as url:
+        path, out = run_file(tmp_path, url, max_retries=retries), tmp_path / "out"
+        proc = subprocess.Popen([sys.executable, "-m", "populace.cli", "run", path, "--out",
+                                 out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env=environment())
+        try:
+            ready = when(url)
+            wait_until(moment, lambda: ready(out), proc)
+            os.kill(proc.pid, signal.SIGKILL)
+            assert proc.wait(timeout=30) == -signal.SIGKILL
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+        assert read_summary_or_none(out) != "completed", "the run ended before the kill"
+        done = populace("run", "--resume", out)
+        assert done.returncode == 0, done.stderr
+        assert_each_request_once(url)
+    assert read_summary(out)["status"] == "completed"
+    assert responses(out, retries=False).equals(undisturbed.drop_columns(["retries"]))
+
+
+def read_summary_or_none(out: Path) -> str | None:
+    try:
+        return str(read_summary(out).get("status"))
+    except (OSError, ValueError):
+        return None
 
 
 async def test_an_intent_whose_batch_was_never_created_is_sent(tmp_path: Path) -> None:

@@ -585,7 +585,9 @@ async def _stats(request: web.Request) -> web.Response:
     engine = request.app.get(_ENGINE)
     extra = {} if engine is None else {"engine": engine.stats()}
     return web.json_response({**request.app[_STATE].as_json(),
-                              "batches": request.app[_JOBS].summary(), **extra})
+                              "batches": request.app[_JOBS].summary(),
+                              "batch_answered_again": request.app[_JOBS].answered_again,
+                              **extra})
 
 
 async def _props(request: web.Request) -> web.Response:
@@ -675,6 +677,9 @@ class _Jobs:
         self._made = 0
         self._batches_made = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        self.answered: set[tuple[str, str]] = set()  # (model, custom_id) answered 2xx
+        #: answers to a (model, custom_id) already answered: a request paid twice
+        self.answered_again = 0
 
     def _id(self, prefix: str) -> tuple[int, str]:
         self._made += 1
@@ -757,6 +762,9 @@ async def _run_job(app: web.Application, job: _Batch) -> None:
                 request_id=f"req_{derive_seed(jobs.seed, job.serial, i, _REQUEST_ID):016x}"))
             if ok:
                 job.completed += 1
+                seen = (str(requests[i][1].get("model")), custom_id)
+                jobs.answered_again += seen in jobs.answered
+                jobs.answered.add(seen)
             else:
                 job.failed += 1
 
