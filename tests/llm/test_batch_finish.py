@@ -331,12 +331,42 @@ async def test_an_intent_whose_batch_was_never_created_is_sent(tmp_path: Path) -
     assert ["intent" in line for line in lines] == [True, True, False]
 
 
+def test_a_lost_answer_to_creating_a_batch_is_found_again_not_paid_twice(
+        tmp_path: Path, undisturbed: pa.Table) -> None:
+    """POST /v1/batches answers 502 after creating the batch: the client, about to try
+    again, finds the batch by its tag instead of creating a second one."""
+    with served(options("drop")) as url:
+        out = tmp_path / "out"
+        done = populace("run", run_file(tmp_path, url, max_retries=2), "--out", out)
+        assert done.returncode == 0, done.stderr
+        assert_each_request_once(url)
+        assert len(stats(url)["batches"]) == 2
+    assert responses(out).equals(undisturbed)
+
+
+async def test_transient_errors_of_the_batches_api_are_retried(tmp_path: Path) -> None:
+    """The files and batches API down for a moment (connections refused) is retried as
+    plain mode retries a chat request; after max_retries the job fails in one line."""
+    config = OpenAIConfig(provider="openai", model="scripted", base_urls=["http://x/v1"],
+                          max_retries=1, batch={"mode": "api", "window": 0.05, "poll": 0.02})
+    model = build_model("llm", config.model_copy(update={"base_urls": [
+        "http://127.0.0.1:9/v1"]}), work_dir=tmp_path / "w")
+    try:
+        answers = await asyncio.gather(model.complete([{"role": "user", "content": "Hi"}],
+                                                      seed=1), return_exceptions=True)
+    finally:
+        await model.aclose()
+    message = str(answers[0])
+    assert "POST http://127.0.0.1:9/v1/files" in message and "(after 2 attempts)" in message
+    assert "\n" not in message
+
+
 def test_bad_batch_faults_are_refused() -> None:
-    for bad in ("expired", "expired:2", "late:1", "hold:-1", 3):
+    for bad in ("expired", "expired:2", "late:1", "hold:-1", "drop:1", 3):
         with pytest.raises(ValueError, match="batch_faults"):
             options(bad)  # type: ignore[arg-type]
-    assert options("ok", "hold:5", "failed:0.25").batch_faults == ("ok", "hold:5",
-                                                                   "failed:0.25")
+    assert options("ok", "hold:5", "failed:0.25", "drop").batch_faults == (
+        "ok", "hold:5", "failed:0.25", "drop")
 
 
 # -- 5xx lines are retried as plain mode retries them -----------------------------------------

@@ -32,13 +32,13 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import aiohttp
 
-from populace.core import ModelBadResponse, ModelError, ModelHTTPError
+from populace.core import ModelBadResponse, ModelError, ModelHTTPError, ModelUnreachable
 
 from ._base import Completion, ModelClient, Request
 from ._batchfile import BatchResult, read_output, write_input
@@ -259,14 +259,45 @@ class BatchModel(ModelClient):
                                                   timeout=aiohttp.ClientTimeout(total=600))
         return self._session
 
+    async def _request(self, method: str, url: str, *,
+                       form: Callable[[], aiohttp.FormData] | None = None,
+                       body: dict[str, Any] | None = None,
+                       again: Callable[[], Awaitable[bytes | None]] | None = None) -> bytes:
+        """One call of the files and batches API: its body. A transient failure (a 5xx, 429
+        or 408, a lost connection, a timeout) is tried again up to ``max_retries`` times, as
+        plain mode tries a chat request again; before each new attempt ``again`` may give
+        the answer instead (a batch created by an attempt whose answer was lost)."""
+        attempt = 0
+        while True:
+            try:
+                async with self._open().request(
+                        method, url, data=form() if form is not None else None,
+                        json=body) as resp:
+                    raw = await resp.read()
+                if resp.status == 200:
+                    return raw
+                text = " ".join(raw[:300].decode(errors="replace").split())
+                error: ModelError = ModelHTTPError(
+                    f"model {self.name!r}: {method} {url}: HTTP {resp.status}: {text}",
+                    cause=f"HTTP {resp.status}")
+                transient = resp.status >= 500 or resp.status in _RETRIED
+            except (aiohttp.ClientError, TimeoutError) as e:
+                error = ModelUnreachable(f"model {self.name!r}: {method} {url}: "
+                                         f"{type(e).__name__}: {e}", cause="unreachable")
+                transient = True
+            if not transient or attempt >= self.max_retries:
+                if attempt:
+                    error.args = (f"{error} (after {attempt + 1} attempts)",)
+                    error.attempts = attempt + 1
+                raise error
+            attempt += 1
+            await asyncio.sleep(min(8.0, 0.25 * 2 ** attempt))
+            if again is not None and (found := await again()) is not None:
+                return found
+
     async def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         url = f"{self.base_url}{path}"
-        async with self._open().request(method, url, **kwargs) as resp:
-            raw = await resp.read()
-            if resp.status != 200:
-                raise ModelHTTPError(f"model {self.name!r}: {method} {url}: HTTP {resp.status}: "
-                                     f"{raw[:300].decode(errors='replace')}",
-                                     cause=f"HTTP {resp.status}")
+        raw = await self._request(method, url, **kwargs)
         try:
             data = json.loads(raw)
         except ValueError:
@@ -397,12 +428,22 @@ class BatchModel(ModelClient):
         self._note({"intent": tag, "model": self.name, "ids": keys, "time": time.time()})
         source = work / f"{self.name}-{tag[:16]}.jsonl"
         write_input(source, [(key, taken[key][0]) for key in keys])
-        form = aiohttp.FormData()
-        form.add_field("purpose", "batch")
-        form.add_field("file", source.read_bytes(), filename=source.name,
-                       content_type="application/jsonl")
-        uploaded = await self._json("POST", "/files", data=form)
-        batch = await self._json("POST", "/batches", json={
+        data = source.read_bytes()
+
+        def form() -> aiohttp.FormData:  # a form is sent once: one per attempt
+            made = aiohttp.FormData()
+            made.add_field("purpose", "batch")
+            made.add_field("file", data, filename=source.name,
+                           content_type="application/jsonl")
+            return made
+
+        async def created() -> bytes | None:
+            """The batch an attempt made though its answer was lost, found by its tag."""
+            found = (await self._locate({tag: {"time": time.time()}}))[tag]
+            return None if found is None else json.dumps({"id": found}).encode()
+
+        uploaded = await self._json("POST", "/files", form=form)
+        batch = await self._json("POST", "/batches", again=created, body={
             "input_file_id": uploaded["id"], "endpoint": "/v1/chat/completions",
             "completion_window": self.completion_window,
             "metadata": {"populace_model": self.name, "populace_tag": tag}})
@@ -430,12 +471,7 @@ class BatchModel(ModelClient):
         for field in ("output_file_id", "error_file_id"):  # answers, then failed requests
             if not batch.get(field):
                 continue
-            url = f"{self.base_url}/files/{batch[field]}/content"
-            async with self._open().get(url) as resp:
-                raw = await resp.read()
-                if resp.status != 200:
-                    raise ModelHTTPError(f"model {self.name!r}: GET {url}: HTTP {resp.status}",
-                                         cause=f"HTTP {resp.status}")
+            raw = await self._request("GET", f"{self.base_url}/files/{batch[field]}/content")
             target = self._work() / f"{batch_id}.{field.split('_')[0]}.jsonl"
             target.write_bytes(raw)
             answers.update(read_output(target))

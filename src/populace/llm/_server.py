@@ -106,7 +106,8 @@ class ServerOptions:
     (the batch ends so after answering the share F of its requests, in order, their answers
     in its output file as OpenAI keeps them); ``"hold:S"`` (``POST /v1/batches`` creates the
     batch, which runs normally, but answers only S seconds later: a client killed in
-    between has lost the batch's id, not the batch).
+    between has lost the batch's id, not the batch); ``"drop"`` (the batch is created and
+    runs, but ``POST /v1/batches`` answers 502, as a gateway losing the answer would).
 
     ``engine``: time completions on a simulated inference engine with these parameters (the
     ``latency`` comes first, as a network's would; batch jobs do not use the engine).
@@ -185,8 +186,8 @@ def _batch_fault(fault: Any) -> tuple[str, float]:
     """An entry of ``ServerOptions.batch_faults`` as ``(kind, number)``; a ValueError names a
     bad one."""
     kind, _, number = fault.partition(":") if isinstance(fault, str) else ("", "", "")
-    if kind == "ok" and not number:
-        return "ok", 1.0
+    if kind in ("ok", "drop") and not number:
+        return kind, 1.0
     try:
         value = float(number)
     except ValueError:
@@ -194,7 +195,7 @@ def _batch_fault(fault: Any) -> tuple[str, float]:
     most = MAX_TIMEOUT_S if kind == "hold" else 1.0
     if kind not in _FAULTS or not 0 <= value <= most:
         raise ValueError(f"batch_faults entries are ok, expired:F, failed:F, cancelled:F (F a "
-                         f"share from 0 to 1) or hold:S (seconds), got {fault!r}")
+                         f"share from 0 to 1), hold:S (seconds) or drop, got {fault!r}")
     return kind, value
 
 
@@ -906,6 +907,9 @@ async def _create_batch(request: web.Request) -> web.Response:
     job = jobs.add_batch(request.app, input_file, CHAT_URL, "24h", metadata)
     if job.fault[0] == "hold":  # the batch exists and runs; its id reaches the client late
         await asyncio.sleep(job.fault[1])
+    if job.fault[0] == "drop":  # the batch exists and runs; its id never reaches the client
+        return _api_error(502, "Bad gateway (injected after creating the batch).",
+                          kind="server_error")
     return web.json_response(job.as_json())
 
 
