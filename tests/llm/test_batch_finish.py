@@ -361,6 +361,38 @@ async def test_transient_errors_of_the_batches_api_are_retried(tmp_path: Path) -
     assert "\n" not in message
 
 
+async def test_a_resumed_request_is_read_from_its_newest_batch_only(tmp_path: Path) -> None:
+    """Request A failed 500 in batch X (beside B, answered) and was answered in batch Y: a
+    resumed run asking A and B reads A from Y and B from X, and sends nothing (X's 500
+    line for A must not count)."""
+    from populace.llm._server import _fate
+
+    opts = options(rate_500=0.5, seed=8)
+    assert [_fate(opts, i) for i in range(3)] == ["500", "ok", "ok"]  # X: A 500, B; Y: A
+    work = tmp_path / "llm_batches"
+    asked = [[{"role": "user", "content": f"Pick a number (player {c})"}] for c in "AB"]
+
+    async def ask(url: str) -> list[Any]:
+        config = OpenAIConfig(provider="openai", model="scripted", base_urls=[url],
+                              max_retries=1,
+                              batch={"mode": "api", "window": 0.05, "poll": 0.02})
+        model = build_model("llm", config, work_dir=work)
+        try:
+            return await asyncio.gather(*(model.complete(m, seed=7) for m in asked))
+        finally:
+            await model.aclose()
+
+    async with running_server(opts) as url:
+        first = await ask(url)
+        before = await asyncio.to_thread(stats, url)
+        assert [b["total"] for b in before["batches"].values()] == [2, 1]
+        again = await ask(url)  # as a resumed run would: the same requests
+        after = await asyncio.to_thread(stats, url)
+    assert [a.text for a in again] == [a.text for a in first]
+    assert after["batch_requests"] == before["batch_requests"] == 3
+    assert len(after["batches"]) == 2
+
+
 def test_bad_batch_faults_are_refused() -> None:
     for bad in ("expired", "expired:2", "late:1", "hold:-1", "drop:1", 3):
         with pytest.raises(ValueError, match="batch_faults"):

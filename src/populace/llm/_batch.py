@@ -412,7 +412,9 @@ class BatchModel(ModelClient):
         for (_, held), (status, got) in zip(
                 batches, await asyncio.gather(*(self._wait(b) for b, _ in batches)),
                 strict=True):
-            results.update(got)
+            # only the requests read from this batch: another one's older line (a 500
+            # line in a batch a request was since resubmitted from) must not win
+            results.update((k, got[k]) for k in held if k in got)
             missing = [k for k in held if k not in got]
             if status.status != "completed":
                 gone.update(dict.fromkeys(missing, status))
