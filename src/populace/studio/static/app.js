@@ -1384,7 +1384,7 @@ function mindPanel(id, agentId) {
   // The profile and background are on the agent's page above, not repeated here.
   // Why no call is listed: none has ended yet, or its model's calls are never recorded.
   const noCalls = () => (view.unrecorded_models.length
-    ? `No call recorded for this agent (the calls of ${view.unrecorded_models.join(", ")}, a dummy model, are not recorded).`
+    ? `No call recorded for this agent (the run's ${view.unrecorded_models.join(", ")} ${view.unrecorded_models.length > 1 ? "are dummy models" : "is a dummy model"}, whose calls are not recorded).`
     : "No call of this agent has been recorded yet (a call is listed once it has ended).");
   function show(m) {
     const st = m.state;
@@ -1428,7 +1428,7 @@ function mindPanel(id, agentId) {
         h("div", { class: "muted call-params" }, Object.entries({ ...(c.params || {}), seed: c.seed })
           .filter(([, v]) => v !== null && v !== undefined)
           .map(([k, v]) => `${k} ${typeof v === "object" ? JSON.stringify(v) : v}`).join(" · ") + (c.endpoint ? ` · ${c.endpoint}` : "") + (c.interview ? " · interview" : "")))))
-        : h("p", { class: "muted" }, noCalls()));
+        : h("p", { class: "muted" }, convo.length ? noCalls() : "None."));
     body.replaceChildren(...parts.filter((x) => x !== null));
   }
   read(false);
