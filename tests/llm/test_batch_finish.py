@@ -418,6 +418,28 @@ def test_5xx_lines_are_retried_and_the_run_gets_every_answer(
     assert (llm["failures"], llm["retries"]) == (0, failed)
 
 
+def test_files_mode_runs_the_5xx_lines_again(
+        tmp_path: Path, undisturbed: pa.Table, dead_url: str) -> None:
+    """vLLM's run_batch files mode: the 500 lines of an output go out again in a new input
+    file (``populace run-batch --error-500``: lines 20, 48 and 53 of 60 fail)."""
+    out = tmp_path / "out"
+    path = run_file(tmp_path, dead_url, max_retries=4)
+    data = json.loads(path.read_text())
+    data["models"]["llm"]["batch"] = {
+        "mode": "files", "window": 0.2,
+        "command": [sys.executable, "-m", "populace.cli", "run-batch", "-i", "{input}",
+                    "-o", "{output}", "--model", "{model}", "--policy", "scripted",
+                    "--error-500", "0.1"]}
+    path.write_text(json.dumps(data))
+    done = populace("run", path, "--out", out)
+    assert done.returncode == 0, done.stderr
+    assert responses(out, retries=False).equals(undisturbed.drop_columns(["retries"]))
+    assert sum(read_table(out, "responses").column("retries").to_pylist()) >= 3
+    outputs = sorted((out / "llm_batches").glob("*.out.jsonl"))
+    sizes = sorted(len(p.read_text().splitlines()) for p in outputs)
+    assert 3 in sizes and 60 in sizes, sizes  # the 3 failed lines' own file
+
+
 async def test_a_dead_batch_fails_its_calls_in_one_line(tmp_path: Path) -> None:
     config = OpenAIConfig(provider="openai", model="scripted", base_urls=["http://x/v1"],
                           max_retries=0, batch={"mode": "api", "window": 0.05, "poll": 0.02})
