@@ -393,6 +393,43 @@ async def test_a_resumed_request_is_read_from_its_newest_batch_only(tmp_path: Pa
     assert len(after["batches"]) == 2
 
 
+@pytest.mark.parametrize(("fault", "code"), [("expired:0.5", "batch_expired"),
+                                             ("cancelled:0.5", "batch_cancelled")])
+async def test_a_dead_batch_files_its_unrun_requests_as_openai_does(
+        tmp_path: Path, fault: str, code: str) -> None:
+    """The answered half in the output file; a ``batch_expired`` / ``batch_cancelled`` line
+    (response null) in the error file for each request never run."""
+    import aiohttp
+
+    from populace.llm._batchfile import write_input
+
+    source = tmp_path / "in.jsonl"
+    write_input(source, [(f"r{i}", {"model": "scripted", "messages": [
+        {"role": "user", "content": f"Pick (player {i})"}]}) for i in range(4)])
+    async with running_server(options(fault)) as url, aiohttp.ClientSession() as s:
+        form = aiohttp.FormData()
+        form.add_field("purpose", "batch")
+        form.add_field("file", source.read_bytes(), filename="in.jsonl")
+        async with s.post(f"{url}/files", data=form) as r:
+            file_id = (await r.json())["id"]
+        async with s.post(f"{url}/batches", json={
+                "input_file_id": file_id, "endpoint": "/v1/chat/completions",
+                "completion_window": "24h"}) as r:
+            batch = await r.json()
+        while batch["status"] not in ("expired", "cancelled"):
+            await asyncio.sleep(0.05)
+            async with s.get(f"{url}/batches/{batch['id']}") as r:
+                batch = await r.json()
+        files = {}
+        for field in ("output_file_id", "error_file_id"):
+            async with s.get(f"{url}/files/{batch[field]}/content") as r:
+                files[field] = [json.loads(line) for line in (await r.text()).splitlines()]
+    assert [line["custom_id"] for line in files["output_file_id"]] == ["r0", "r1"]
+    assert [(line["custom_id"], line["response"], line["error"]["code"])
+            for line in files["error_file_id"]] == [("r2", None, code), ("r3", None, code)]
+    assert batch["request_counts"] == {"total": 4, "completed": 2, "failed": 0}
+
+
 def test_bad_batch_faults_are_refused() -> None:
     for bad in ("expired", "expired:2", "late:1", "hold:-1", "drop:1", 3):
         with pytest.raises(ValueError, match="batch_faults"):

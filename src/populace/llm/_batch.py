@@ -414,8 +414,8 @@ class BatchModel(ModelClient):
                 strict=True):
             # only the requests read from this batch: another one's older line (a 500
             # line in a batch a request was since resubmitted from) must not win
-            results.update((k, got[k]) for k in held if k in got)
-            missing = [k for k in held if k not in got]
+            results.update((k, got[k]) for k in held if k in got and not _unrun(got[k]))
+            missing = [k for k in held if k not in results]
             if status.status != "completed":
                 gone.update(dict.fromkeys(missing, status))
         return results, set(fresh), gone
@@ -508,7 +508,16 @@ def _status(problem: str | None) -> int | None:
 
 def _retryable(problem: str | None) -> bool:
     status = _status(problem)
-    return status is not None and (status >= 500 or status in _RETRIED)
+    if status is not None:
+        return status >= 500 or status in _RETRIED
+    return (problem or "").endswith("(request_timeout)")  # OpenAI's: the model call timed out
+
+
+def _unrun(result: BatchResult) -> bool:
+    """A line of OpenAI's error file for a request its batch never ran (``batch_expired``,
+    ``batch_cancelled``): no answer, as if the line were not there."""
+    return result.error is not None and result.error.endswith(("(batch_expired)",
+                                                              "(batch_cancelled)"))
 
 
 def _error(model: str, key: str, problem: Any, attempts: int = 1) -> ModelError:

@@ -773,6 +773,17 @@ async def _run_job(app: web.Application, job: _Batch) -> None:
         ends = kind in ("expired", "failed", "cancelled")
         answered = requests[:int(share * len(requests) + 1e-9)] if ends else requests
         await _answer_all(options, state, answered, job.stop, record)
+        if job.stop.is_set() or kind in ("expired", "cancelled"):
+            # OpenAI's error file holds a line for each request the batch never ran
+            code, message = ("batch_expired", "This request could not be executed before "
+                             "the completion window expired.") if kind == "expired" and \
+                not job.stop.is_set() else ("batch_cancelled", "The batch was cancelled "
+                                            "before this request executed.")
+            for i in range(job.completed + job.failed, len(requests)):
+                line_id = derive_seed(jobs.seed, job.serial, i, _LINE_ID)
+                bad.append({"id": f"batch_req_{line_id:016x}",
+                            "custom_id": requests[i][0], "response": None,
+                            "error": {"code": code, "message": message}})
         if not job.stop.is_set() and not ends:
             job.move("finalizing")
         if good:
