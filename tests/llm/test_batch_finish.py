@@ -361,6 +361,52 @@ async def test_transient_errors_of_the_batches_api_are_retried(tmp_path: Path) -
     assert "\n" not in message
 
 
+async def test_a_server_that_cannot_list_batches_gets_an_orphan_intent_sent(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Without GET /v1/batches (some OpenAI-compatible servers) an interrupted create cannot
+    be found: its requests are sent, with a warning, rather than fail every resume."""
+    from aiohttp import web
+
+    from populace.llm import create_app
+
+    work = tmp_path / "llm_batches"
+    messages = [[{"role": "user", "content": f"Pick a number (player {i})"}] for i in range(2)]
+
+    @web.middleware
+    async def no_listing(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.method == "GET" and request.path == "/v1/batches":
+            return web.json_response({"error": {"message": "Not Found"}}, status=404)
+        return await handler(request)
+
+    async def ask(url: str) -> list[Any]:
+        config = OpenAIConfig(provider="openai", model="scripted", base_urls=[url],
+                              batch={"mode": "api", "window": 0.05, "poll": 0.02})
+        model = build_model("llm", config, work_dir=work)
+        try:
+            return await asyncio.gather(*(model.complete(m, seed=7) for m in messages))
+        finally:
+            await model.aclose()
+
+    async with running_server(options()) as url:
+        first = await ask(url)
+    path = work / "journal.jsonl"  # killed before the batch line: only the intent is left
+    path.write_text("".join(line + "\n" for line in path.read_text().splitlines()
+                            if "intent" in json.loads(line)))
+    app = create_app(options())
+    app.middlewares.append(no_listing)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = runner.addresses[0][1]
+        again = await ask(f"http://127.0.0.1:{port}/v1")
+    finally:
+        await runner.cleanup()
+    assert [a.text for a in again] == [a.text for a in first]
+    assert "cannot list its batches (HTTP 404)" in caplog.text
+
+
 async def test_a_resumed_request_is_read_from_its_newest_batch_only(tmp_path: Path) -> None:
     """Request A failed 500 in batch X (beside B, answered) and was answered in batch Y: a
     resumed run asking A and B reads A from Y and B from X, and sends nothing (X's 500

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import os
 import time
 import uuid
@@ -44,6 +45,8 @@ from ._base import Completion, ModelClient, Request
 from ._batchfile import BatchResult, read_output, write_input
 from ._openai import OpenAIModel
 from ._record import request_key
+
+log = logging.getLogger(__name__)
 
 #: vLLM's offline batch runner; ``{input}``, ``{output}`` and ``{model}`` are filled in.
 VLLM_RUN_BATCH = ("python", "-m", "vllm.entrypoints.openai.run_batch", "-i", "{input}",
@@ -368,7 +371,17 @@ class BatchModel(ModelClient):
         after: str | None = None
         while any(v is None for v in located.values()):
             query = "?limit=100" + (f"&after={after}" if after else "")
-            page = await self._json("GET", f"/batches{query}")
+            try:
+                page = await self._json("GET", f"/batches{query}")
+            except ModelHTTPError as e:
+                if e.status not in (404, 405, 501):
+                    raise
+                # A server that cannot list its batches (some OpenAI-compatible ones): the
+                # batch cannot be found, and a resume that failed on it would fail for ever.
+                log.warning("model %r: the server cannot list its batches (%s): the requests "
+                            "of %d interrupted batch creation(s) are sent again", self.name,
+                            e.cause, len(intents))
+                break
             data = [b for b in page.get("data") or () if isinstance(b, dict)]
             for batch in data:
                 tag = (batch.get("metadata") or {}).get("populace_tag")
