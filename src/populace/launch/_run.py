@@ -292,12 +292,13 @@ class Run:
                     raise ConfigError(f"{self.run_file.path}: models.{name}.sampling.by.{i}: "
                                       f"no profile column {column!r} (have: {listed})")
 
-    async def serve(self, env: Env, *, max_concurrency: int = 64
+    async def serve(self, env: Env, *, max_concurrency: int = 64, shards: int = 1
                     ) -> EnvService | RemoteEnvService:
         """Serve ``env`` on the run's backend; its state is checkpointed after every step
         and its monitored keys are shown in the studio. Read and write it through the
-        returned service (or agents' :meth:`env_client`) from now on."""
-        service = await serve(env, self.sim, max_concurrency=max_concurrency)
+        returned service (or agents' :meth:`env_client`) from now on. ``shards=N``: its
+        keys split over N services (see :func:`~populace.environment.serve`)."""
+        service = await serve(env, self.sim, max_concurrency=max_concurrency, shards=shards)
         self.services.append(service)
         return service
 
