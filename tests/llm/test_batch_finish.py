@@ -28,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from cli_helpers import environment, populace
 from populace.core import ModelBadResponse
 from populace.llm import OpenAIConfig, ServerOptions, build_model, running_server
 from populace.results import read_summary, read_table
@@ -77,18 +78,6 @@ def run_file(tmp_path: Path, url: str, *, max_retries: int = 0, name: str = "run
                                 "agents": AGENTS, "rounds": 1, "workers": 1,
                                 "models": {"llm": model}, "game": GAME}))
     return path
-
-
-def environment() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR",
-                                                             "RAY_ADDRESS")}
-    env["NO_COLOR"] = "1"
-    return env
-
-
-def populace(*args: str | Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "populace.cli", *map(str, args)],
-                          capture_output=True, text=True, env=environment(), timeout=timeout)
 
 
 def journal(run_dir: Path, kind: str = "batch") -> list[dict[str, Any]]:
