@@ -381,7 +381,10 @@ def test_a_forks_page_says_it_is_a_fork(survey: tuple[StudioServer, str], page: 
 
     # The fork beside its source: a chart per metric, and the numbers populace compare
     # sets side by side (its branch table: step, then each metric's source and fork).
-    page.wait_for_selector("#branch-table tbody tr", timeout=30_000)
+    # Its numbers once the fork's last step is in (the table was drawn while it ran).
+    page.wait_for_function(
+        "[...document.querySelectorAll('#branch-table tbody tr:last-child td:nth-child(3) "
+        "span')].some(s => s.dataset.value)", timeout=30_000)
     assert page.locator("#branch-charts .spark path.line.source").count() >= 5
     shown = page.eval_on_selector_all(
         "#branch-table tbody tr", "rs => rs.map(r => [...r.children].map((c, i) => i ? "

@@ -1135,7 +1135,10 @@ function branchPanel(id) {
     update(snap) {
       origin = snap.forked_from;
       node.hidden = !origin;
-      if (origin && snap.steps_done !== stepsDone) { stepsDone = snap.steps_done; load(); }
+      // Keyed on the status too: a step's row can reach the summary after steps_done moved
+      // on, and a finished fork must show its last step's numbers.
+      const key = `${snap.steps_done}/${snap.status}`;
+      if (origin && key !== stepsDone) { stepsDone = key; load(); }
     },
   };
 }
