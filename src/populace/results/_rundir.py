@@ -141,6 +141,10 @@ def read_run_bytes(path: str | Path, limit: int = SMALL_LIMIT) -> bytes:
     return data
 
 
+#: Parquet files at least this large are decoded on Arrow's threads (see read_parquet).
+THREADED_READ_BYTES = 8 << 20
+
+
 def read_parquet(path: str | Path, **options: Any) -> pa.Table:
     """Parquet file ``path`` of a run directory; a file that is not one (cut short,
     garbage, not a regular file) is a DamagedRunFile naming it."""
@@ -150,6 +154,10 @@ def read_parquet(path: str | Path, **options: Any) -> pa.Table:
         # ("terminate called without an active exception"): hand it the bytes instead.
         with open_run_file(path) as f:
             data = f.read()
+        # Nor may the process exit while Arrow's thread pool is still starting its threads
+        # (apache/arrow#34314: ~3% of `populace compare` runs that failed right after
+        # reading a small table aborted): a small file is decoded on this thread.
+        options.setdefault("use_threads", len(data) > THREADED_READ_BYTES)
         return pq.read_table(pa.BufferReader(data), **options)
     except (pa.ArrowException, ValueError, OSError) as e:
         if isinstance(e, DamagedRunFile | FileNotFoundError):
