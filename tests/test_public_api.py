@@ -112,6 +112,26 @@ def test_the_public_api_is_exactly_this(name: str) -> None:
     assert public_names(module) == API[name]
 
 
+@pytest.mark.parametrize("name", sorted(API))
+def test_every_public_exception_is_a_populace_error(name: str) -> None:
+    """The tree of core/_errors.py has one root: ``except PopulaceError`` sees them all."""
+    from populace.core import PopulaceError
+
+    module = importlib.import_module(name)
+    errors = {n: v for n in module.__all__
+              if isinstance(v := getattr(module, n), type) and issubclass(v, BaseException)
+              and not issubclass(v, Warning)}
+    assert {n for n, v in errors.items() if not issubclass(v, PopulaceError)} == set()
+
+
+def test_the_exceptions_that_joined_the_tree() -> None:
+    from populace.core import PopulaceError
+    from populace.launch import StepAbandoned, Terminated
+    from populace.llm import TransportError
+
+    assert all(issubclass(e, PopulaceError) for e in (TransportError, Terminated, StepAbandoned))
+
+
 def test_no_module_imports_another_packages_private_modules() -> None:
     private = re.compile(r"^\s*(?:from|import)\s+populace\.(\w+)((?:\.\w+)*)\._\w+", re.M)
     offenders = []

@@ -1002,6 +1002,8 @@ def main() -> None:
     except _Fail as e:
         err.print(f"[red]error:[/red] {_line(e)}", highlight=False, soft_wrap=True)
         sys.exit(e.code)
+    except Terminated:
+        raise  # a PopulaceError, but a signal, not a failure: the commands that stop on it say so
     except PopulaceError as e:
         err.print(f"[red]error:[/red] {_line(f'{type(e).__name__}: {e}')}", highlight=False,
                   soft_wrap=True)

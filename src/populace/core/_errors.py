@@ -1,23 +1,41 @@
 """The error tree of Populace.
 
-Every error Populace raises on its own account derives from :class:`PopulaceError`::
+Every error Populace raises on its own account derives from :class:`PopulaceError`. This
+is the whole tree, every layer's public errors (``tests/test_public_api.py`` checks that no
+public exception is left out of it); a class that also names a builtin base keeps it, so
+``except LookupError`` still catches ``NotFound``::
 
     PopulaceError
     ├── ConfigError        a config file or argument is invalid (the CLI exits 2)
+    │   ├── RunInUse       results: another process writes this run directory
+    │   └── InterviewError, SelectionError
+    │                      launch: an interview or a selection that cannot be made
     ├── ModelError         an LLM call failed after its last retry (``cause``: its kind)
     │   ├── ModelTimeout, ModelUnreachable, ModelHTTPError (``status``),
     │   │   ModelBadResponse
     │   └── RecordingMiss  a replayed call is not in the recording
     ├── WorkerLost         a worker process died (or stopped reporting), taking its agents
     │                      with it
-    ├── CallTimeout        an agent call did not finish within its deadline
+    ├── CallTimeout        an agent call did not finish within its deadline (TimeoutError)
     ├── SimulationClosed   the simulation was stopped while a call was pending
-    └── ServiceLost        a service placed by a backend (Backend.place) is gone
+    ├── ServiceLost        a service placed by a backend (Backend.place) is gone
+    ├── TransportError     llm: no complete HTTP response; the model client raises the
+    │                      ModelError it names instead, so it never reaches a run
+    ├── EnvError           environment: UnknownKeyError (KeyError), DuplicateKeyError
+    │                      (ValueError), ServiceClosed, EnvServedError (see its module)
+    ├── CheckpointError    results: a checkpoint missing, truncated or failing its checksum
+    ├── ScenarioFailed     launch: the scenario's own code raised (the original is the cause)
+    ├── AllAnswersFailed   launch: every answer of a step failed; the run fails, resumable
+    ├── RunNotLive         launch: the run is not running, nothing can be asked of it live
+    ├── StepAbandoned      launch: a stop was requested mid-step; the step is not written
+    ├── Terminated         launch: SIGTERM stopped the command cleanly
+    └── NotFound, UnknownAgent (LookupError), Refused, AgentQueryError (ValueError)
+                           studio: answered as a 404 or a 400
 
-The other layers' errors derive from it too: ``EnvError`` and its subclasses
-(environment), ``CheckpointError`` (results), and the studio's ``NotFound``, ``Refused``,
-``AgentQueryError`` and ``UnknownAgent`` (each keeping its builtin base, such as
-``LookupError``, so ``except LookupError`` still catches it).
+``StepAbandoned`` and ``Terminated`` are stops rather than failures: code that catches
+``PopulaceError`` around :meth:`~populace.launch.Run.collect` or a whole command should let
+them through (``except (StepAbandoned, Terminated): raise`` first), as Populace's own
+handlers do.
 
 Errors raised by user code inside an agent are *not* wrapped: they re-raise with their
 original type where the placeholder is consumed, with a note naming the agent.

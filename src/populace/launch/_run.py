@@ -60,7 +60,7 @@ class AllAnswersFailed(PopulaceError):
     step is not written and the run fails, resumable once the cause is fixed."""
 
 
-class StepAbandoned(Exception):
+class StepAbandoned(PopulaceError):
     """A stop was requested while a step collected answers: the step is not written."""
 
 

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
-from populace.core import ConfigError
+from populace.core import ConfigError, PopulaceError
 
 #: Seconds a signalled run has to stop before the process ends anyway; the environment
 #: variable ``POPULACE_STOP_GRACE`` changes it.
@@ -38,7 +38,7 @@ MAX_GRACE_S = 86400.0
 _CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
-class Terminated(Exception):
+class Terminated(PopulaceError):
     """SIGTERM arrived; the run was stopped cleanly."""
 
 

@@ -18,7 +18,13 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from populace.core import ModelBadResponse, ModelError, ModelTimeout, ModelUnreachable
+from populace.core import (
+    ModelBadResponse,
+    ModelError,
+    ModelTimeout,
+    ModelUnreachable,
+    PopulaceError,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +41,7 @@ class Response:
         return cls(status, json.dumps(data).encode(), dict(headers or {}))
 
 
-class TransportError(Exception):
+class TransportError(PopulaceError):
     """No complete response: ``cause`` is the countable kind (``"timed out"``,
     ``"cannot connect"``…), ``error`` the :class:`~populace.core.ModelError` subclass the
     call fails with; ``retryable``: whether another attempt may help (not when the client
