@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -51,7 +52,8 @@ def test_block_hashes_chain_the_prefix() -> None:
 @pytest.mark.parametrize(("field", "value"), [
     ("prefill_tokens_per_s", 0), ("prefill_tokens_per_s", float("inf")),
     ("decode_step_s", -1.0), ("decode_step_per_seq_s", float("nan")), ("max_batch", 0),
-    ("max_batch", True), ("max_batch", 2.0), ("cache_blocks", -1), ("block_size", 0),
+    ("max_batch", True), ("max_batch", 2.0), ("cache_blocks", 0), ("block_size", 0),
+    ("max_batched_tokens", 100), ("decode_step_per_token_s", -1.0), ("prefix_caching", 1),
     ("time_scale", 0), ("time_scale", float("inf"))])
 def test_bad_params_are_one_clear_value_error(field: str, value: Any) -> None:
     with pytest.raises(ValueError, match=f"^{field} must be"):
@@ -81,44 +83,82 @@ async def test_a_shared_prefix_is_cached_by_whole_blocks() -> None:
         assert (await run_one(engine, changed_start)).cached_tokens == 0
 
 
-async def test_the_least_recently_used_prompt_is_evicted_at_capacity() -> None:
-    async with Engine(EngineParams(time_scale=FAST, cache_blocks=8)) as engine:
-        a, b, c = tokens(65, "a"), tokens(65, "b"), tokens(65, "c")  # 4 full blocks each
-        cached = [(await run_one(engine, p)).cached_tokens for p in (a, b, a, c, a, b)]
-        assert engine.stats()["cache_blocks_used"] == 8
-    # c evicts b (least recently used), not a (used again after b)
+async def test_the_least_recently_freed_prompt_is_evicted_at_capacity() -> None:
+    # 10 blocks; a 65-token prompt holds 5 while it runs (4 full, 1 partial), then frees
+    # them: the partial block first, then the full ones last to first.
+    async with Engine(EngineParams(time_scale=FAST, cache_blocks=10)) as engine:
+        a, b, c = tokens(65, "a"), tokens(65, "b"), tokens(65, "c")
+        cached = [(await run_one(engine, q)).cached_tokens for q in (a, b, a, c, a, b)]
+        stats = engine.stats()
+    # c takes b's blocks (freed before a's second run), the last b takes c's
     assert cached == [0, 0, 64, 0, 64, 0]
+    assert (stats["cache_blocks_evicted"], stats["cache_blocks_used"]) == (8, 8)
 
 
-async def test_a_prompt_longer_than_the_cache_keeps_its_beginning() -> None:
-    async with Engine(EngineParams(time_scale=FAST, cache_blocks=3)) as engine:
-        await run_one(engine, tokens(100))
-        assert (await run_one(engine, tokens(100))).cached_tokens == 48
+async def test_blocks_held_by_a_running_sequence_are_never_evicted() -> None:
+    # 12 blocks. x (65 tokens, 40 answer tokens) runs from iteration 0 to 39; y runs in
+    # iteration 0; z waits (5 blocks, 2 free), then takes the 2 never used and the oldest
+    # free ones: y's partial block, y's blocks 4 and 3. x's growth to 7 blocks (at 80 and
+    # 96 tokens of KV) takes y's blocks 2 and 1. x's own prompt blocks are never touched.
+    async with Engine(EngineParams(time_scale=FAST, cache_blocks=12)) as engine:
+        x, y, z = tokens(65, "x"), tokens(65, "y"), tokens(65, "z")
+        await asyncio.gather(run_one(engine, x, 40), run_one(engine, y), run_one(engine, z))
+        assert engine.stats()["cache_blocks_evicted"] == 4
+        again = [(await run_one(engine, q)).cached_tokens for q in (x, z, y)]
+    assert again == [64, 64, 0]
 
 
-async def test_no_cache_blocks_no_caching() -> None:
-    async with Engine(EngineParams(time_scale=FAST, cache_blocks=0)) as engine:
+async def test_without_prefix_caching_every_prompt_is_computed() -> None:
+    async with Engine(EngineParams(time_scale=FAST, prefix_caching=False)) as engine:
         await run_one(engine, tokens(100))
         assert (await run_one(engine, tokens(100))).cached_tokens == 0
+        assert engine.stats()["prefill_tokens_computed"] == 200
+
+
+async def test_a_request_larger_than_the_kv_cache_is_a_value_error() -> None:
+    async with Engine(EngineParams(time_scale=FAST, cache_blocks=3)) as engine:
+        with pytest.raises(ValueError, match="need 7 KV blocks, the engine has 3"):
+            await run_one(engine, tokens(100))
+
+
+# -- n choices ---------------------------------------------------------------------------------
+async def test_n_choices_are_sequences_that_each_compute_the_last_block() -> None:
+    # vLLM V1 runs n=4 as four requests: the first computes the prompt, the others find its
+    # full blocks within their first len - 1 tokens and compute the rest again.
+    p = EngineParams(time_scale=FAST, decode_step_per_token_s=0.0)
+    async with Engine(p) as engine:
+        done = await engine.generate(tokens(100), [10, 20, 30, 40])
+        stats = engine.stats()
+    assert (stats["prefill_tokens_computed"], stats["prefill_tokens_cached"]) == (
+        100 + 3 * 4, 3 * 96)
+    assert done.cached_tokens == 0  # the first sequence's lookup
+    # iteration 0 computes the prompts and samples each first token; 1..39 decode the rest
+    assert (stats["iterations"], stats["decode_tokens"], stats["max_batch_seen"]) == (
+        40, 100, 4)
+    decode = 39 * p.decode_step_s + p.decode_step_per_seq_s * (9 + 19 + 29 + 39)
+    assert stats["busy_s"] == pytest.approx(112 / p.prefill_tokens_per_s + decode)
+    async with Engine(p) as engine:  # a whole number of blocks: the last one is recomputed
+        await engine.generate(tokens(96), [1, 1, 1, 1])
+        assert engine.stats()["prefill_tokens_computed"] == 96 + 3 * 16
 
 
 # -- batching ----------------------------------------------------------------------------------
 async def test_a_batch_costs_far_less_than_its_requests_one_by_one() -> None:
-    p = EngineParams(time_scale=FAST)
+    p = EngineParams(time_scale=FAST, max_batched_tokens=16_384, decode_step_per_token_s=0.0)
     prompts = [tokens(200, f"r{i}-") for i in range(64)]
     async with Engine(p) as alone:
         await run_one(alone, prompts[0], 50)
         one = alone.stats()["busy_s"]
     assert one == pytest.approx(200 / p.prefill_tokens_per_s
-                                + 50 * (p.decode_step_s + p.decode_step_per_seq_s))
+                                + 49 * (p.decode_step_s + p.decode_step_per_seq_s))
     async with Engine(p) as engine:
         await asyncio.gather(*(run_one(engine, q, 50) for q in prompts))
         stats = engine.stats()
-    # all 64 arrive before the first iteration: one prefill of them all, 50 steps of 64
+    # all 64 arrive before the first iteration: one prefill of them all, 49 steps of 64
     assert stats["busy_s"] == pytest.approx(64 * 200 / p.prefill_tokens_per_s
-                                            + 50 * (p.decode_step_s + 64 * p.decode_step_per_seq_s))
+                                            + 49 * (p.decode_step_s + 64 * p.decode_step_per_seq_s))
     assert stats["busy_s"] < 64 * one / 10
-    assert (stats["iterations"], stats["mean_batch"], stats["decode_tokens"]) == (50, 64, 3200)
+    assert (stats["iterations"], stats["decode_tokens"]) == (50, 3200)
     assert stats["requests"] == stats["finished"] == 64
 
 
@@ -136,31 +176,74 @@ async def test_max_batch_holds_and_the_rest_wait_in_order() -> None:
     assert stats["decode_tokens"] == sum(10 + i for i in range(20))
 
 
-async def test_n_choices_are_prefilled_once_and_decoded_side_by_side() -> None:
-    async with Engine(EngineParams(time_scale=FAST)) as engine:
-        done = await engine.generate(tokens(100), [10, 20, 30, 40])
+async def test_a_long_prompt_is_computed_in_chunks_after_the_decoding_tokens() -> None:
+    # 64 tokens an iteration. Iteration 0: a's 10 prompt tokens, then 54 of b's 200; 1 and
+    # 2: a's decode token, then 63 of b's; 3: a's token and b's last 20, b's only token.
+    p = EngineParams(time_scale=FAST, max_batch=8, max_batched_tokens=64,
+                     decode_step_per_token_s=0.0)
+    step = p.decode_step_s + p.decode_step_per_seq_s  # a alone decoding
+    async with Engine(p) as engine:
+        a, b = await asyncio.gather(run_one(engine, tokens(10, "a"), 100),
+                                    run_one(engine, tokens(200, "b"), 1))
         stats = engine.stats()
-    assert stats["prefill_tokens_computed"] == 100
-    assert stats["max_batch_seen"] == 4
-    assert (stats["iterations"], stats["decode_tokens"]) == (40, 100)
-    assert done.completion_tokens == 100
+    assert b.latency_s == pytest.approx(210 / p.prefill_tokens_per_s + 3 * step)
+    assert a.latency_s == pytest.approx(210 / p.prefill_tokens_per_s + 99 * step)
+    assert (stats["iterations"], stats["prefill_tokens_computed"]) == (100, 210)
+    async with Engine(replace(p, max_batched_tokens=2048)) as engine:  # all in iteration 0
+        a, b = await asyncio.gather(run_one(engine, tokens(10, "a"), 100),
+                                    run_one(engine, tokens(200, "b"), 1))
+    assert b.latency_s == pytest.approx(210 / p.prefill_tokens_per_s)
+
+
+async def test_decode_steps_grow_with_the_context_they_read() -> None:
+    # step j (1..10) of a 160-token prompt reads 160 + j tokens of KV
+    p = EngineParams(time_scale=FAST, decode_step_per_seq_s=0.0, decode_step_per_token_s=1e-4)
+    for prompt, context in ((160, 160 * 10 + 55), (16, 16 * 10 + 55)):
+        async with Engine(p) as engine:
+            await run_one(engine, tokens(prompt), 11)
+            busy = engine.stats()["busy_s"]
+        assert busy == pytest.approx(prompt / p.prefill_tokens_per_s
+                                     + 10 * p.decode_step_s + 1e-4 * context)
+
+
+async def test_a_full_kv_cache_preempts_the_newest_sequence_which_is_computed_again() -> None:
+    # 6 blocks; a and b (16-token prompts, 40 answer tokens) hold 1 block each, 2 from
+    # iteration 1 (16 tokens of KV), 3 from iteration 17: 6. At iteration 33 both need a
+    # fourth: b, the newest, is preempted after 33 tokens and waits; a ends after
+    # iteration 39; b comes back at 40, finds its prompt block cached, computes the other
+    # 16 + 33 - 16 = 33 tokens, samples its 34th and decodes 6 more (iterations 41..46).
+    p = EngineParams(time_scale=FAST, cache_blocks=6, decode_step_per_token_s=0.0)
+    async with Engine(p) as engine:
+        a, b = await asyncio.gather(run_one(engine, tokens(16, "a"), 40),
+                                    run_one(engine, tokens(16, "b"), 40))
+        stats = engine.stats()
+    assert stats["preempted"] == 1
+    assert (stats["prefill_tokens_computed"], stats["prefill_tokens_cached"]) == (
+        16 + 16 + 33, 16)
+    assert (stats["iterations"], stats["decode_tokens"]) == (47, 80)
+    assert stats["max_kv_blocks_used"] == 6
+    one, two = (p.decode_step_s + n * p.decode_step_per_seq_s for n in (1, 2))
+    assert a.latency_s == pytest.approx(32 / p.prefill_tokens_per_s + 32 * two + 7 * one)
+    assert b.latency_s == pytest.approx(65 / p.prefill_tokens_per_s + 32 * two + 13 * one)
+    assert stats["busy_s"] == pytest.approx(b.latency_s)
 
 
 async def test_a_request_arriving_mid_run_joins_the_batch() -> None:
     p = EngineParams(time_scale=1000, decode_step_s=0.1, decode_step_per_seq_s=0.0,
-                     prefill_tokens_per_s=1e9)
+                     decode_step_per_token_s=0.0, prefill_tokens_per_s=1e9)
     async with Engine(p) as engine:
         long = asyncio.ensure_future(run_one(engine, tokens(10, "long"), 5000))  # 0.5 s real
         await asyncio.sleep(0.02)
         short = await run_one(engine, tokens(10, "short"), 10)
         assert not long.done()  # the short one did not wait for the long one
         assert short.queue_s <= p.decode_step_s + 1e-9  # at most the iteration in progress
+        # its prompt is computed in an iteration that decodes the long one, then 9 steps
         assert short.latency_s == pytest.approx(short.queue_s + 10 * p.decode_step_s)
         await long
         stats = engine.stats()
     assert stats["max_batch_seen"] == 2
     assert (stats["iterations"], stats["decode_tokens"]) == (5000, 5010)
-    assert stats["busy_s"] == pytest.approx(5000 * p.decode_step_s, rel=1e-6)
+    assert stats["busy_s"] == pytest.approx(4999 * p.decode_step_s, rel=1e-6)
 
 
 async def test_a_cancelled_request_leaves_the_queue_and_the_batch() -> None:
@@ -199,21 +282,22 @@ async def test_a_request_alone_takes_its_prefill_and_its_steps() -> None:
     async with Engine(p) as engine:
         done = await run_one(engine, tokens(300), 25)
     assert done.queue_s == 0
+    # the prefill samples the first token; step j of 24 reads 300 + j tokens of KV
     assert done.latency_s == pytest.approx(
-        300 / p.prefill_tokens_per_s + 25 * (p.decode_step_s + p.decode_step_per_seq_s),
-        rel=1e-6)
+        300 / p.prefill_tokens_per_s + 24 * (p.decode_step_s + p.decode_step_per_seq_s)
+        + p.decode_step_per_token_s * (24 * 300 + 24 * 25 / 2), rel=1e-6)
 
 
 async def test_real_time_is_simulated_time_over_the_time_scale() -> None:
     p = EngineParams(time_scale=1000, decode_step_s=0.1, decode_step_per_seq_s=0.0,
-                     prefill_tokens_per_s=1e9, max_batch=1)
+                     decode_step_per_token_s=0.0, prefill_tokens_per_s=1e9, max_batch=1)
     loop = asyncio.get_running_loop()
     async with Engine(p) as engine:
         began = loop.time()
         await asyncio.gather(*(run_one(engine, tokens(5, f"s{i}"), 1000) for i in range(4)))
         real = loop.time() - began
         simulated = engine.stats()["busy_s"]
-    assert simulated == pytest.approx(400, rel=1e-6)  # 4 × 1000 steps of 0.1 s, one by one
+    assert simulated == pytest.approx(399.6, rel=1e-6)  # 4 × 999 steps of 0.1 s, one by one
     assert 0.95 * simulated / 1000 <= real <= 2 * simulated / 1000 + 0.5  # loose on purpose
 
 
@@ -266,7 +350,8 @@ async def test_legacy_completions_and_n_run_on_the_engine_too() -> None:
         async with s.get(base.removesuffix("/v1") + "/stats") as r:
             engine = (await r.json())["engine"]
     assert data["usage"]["prompt_tokens"] == 4  # raw text: Say, a, number, .
-    assert engine["prefill_tokens_computed"] == 4 and engine["max_batch_seen"] == 3
+    # three sequences, each computing the prompt: no full block to share
+    assert engine["prefill_tokens_computed"] == 12 and engine["max_batch_seen"] == 3
 
 
 async def test_without_an_engine_no_props_and_no_cached_tokens() -> None:
