@@ -103,6 +103,12 @@ async def test_simulation_validates_worker_count() -> None:
         Simulation(workers=0)
 
 
+def test_a_seed_is_refused_with_where_seeds_come_from() -> None:
+    # The simulation draws nothing at random: a seed given here would be kept and never used.
+    with pytest.raises(TypeError, match=r"takes no seed.*derive_seed"):
+        Simulation(workers=2, seed=5)
+
+
 # -- profiles --------------------------------------------------------------------------------
 
 
@@ -333,8 +339,7 @@ async def test_outcomes_from_a_lost_worker_arriving_late_are_dropped() -> None:
 
 
 async def test_statistics_snapshot() -> None:
-    async with Simulation(workers=2, seed=5) as sim:
-        assert sim.seed == 5
+    async with Simulation(workers=2) as sim:
         group = await sim.create(Plain, 4)
         await group.broadcast(Msg("m", "hi"))
         stats = sim.statistics()

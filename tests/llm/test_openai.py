@@ -277,7 +277,7 @@ async def test_agents_call_the_model_inside_reply() -> None:
     async with running_server(ServerOptions(latency=0.01, rate_500=0.2, seed=4)) as base:
         spec = PerWorker(OpenAIModel, "m", model="dummy", base_urls=[base], timeout=5.0,
                          max_concurrency=3, max_retries=10, backoff=0.001)
-        async with Simulation(workers=2, seed=1) as sim:
+        async with Simulation(workers=2) as sim:
             group = await sim.create(Guesser, 40, init={"model": spec})
             answers = await group.broadcast(Msg("moderator", "Pick a number."))
             one = await group[3].reply(Msg("moderator", "Again."))

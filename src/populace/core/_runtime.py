@@ -91,16 +91,19 @@ class Simulation:
     """Owns the workers and every agent in them; the central script's entry point.
 
     >>> async def main():
-    ...     async with Simulation(workers=2, seed=7) as sim:
+    ...     async with Simulation(workers=2) as sim:
     ...         group = await sim.create(MyAgent, 10_000)
     ...         answers = await group.broadcast(Msg("moderator", "hi"))
     """
 
-    def __init__(self, *, workers: int = 1, backend: str | Backend = "local", seed: int = 0,
+    def __init__(self, *, workers: int = 1, backend: str | Backend = "local",
                  **backend_options: Any) -> None:
+        if "seed" in backend_options:  # it was stored and never read: nothing here is random
+            raise TypeError("Simulation() takes no seed: it draws nothing at random; derive "
+                            "each use's seed from the run's with derive_seed(seed, ...) (a "
+                            "scenario has run.seed and run.rng(name))")
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
-        self.seed = seed
         self._n_workers = workers
         self._backend = make_backend(backend, **backend_options)
         self._state = "new"

@@ -590,7 +590,7 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
         if o.backend == "ray":  # a scenario file and its neighbours are not importable there
             for module in _user_modules(run_file):
                 ship_by_value(module)
-        async with Simulation(workers=o.workers, backend=o.backend, seed=o.seed,
+        async with Simulation(workers=o.workers, backend=o.backend,
                               **o.backend_options()) as sim:
             run = Run(run_file, sim, run_dir, population=population, monitor=monitor,
                       observers=observers, replay=replay, resume=resume, served=served)

@@ -75,7 +75,7 @@ async def reopen(run_dir: Path, step: int | None = None) -> AsyncIterator[Run]:
     o = run_file.options
     summary: dict[str, Any] = {}
     population = await _population(run_file, None, run_dir, summary, run_dir)
-    async with Simulation(workers=o.workers, backend=o.backend, seed=o.seed,
+    async with Simulation(workers=o.workers, backend=o.backend,
                           **o.backend_options()) as sim:
         run = Run(run_file, sim, None, population=population, monitor=None, observers=(),
                   replay=None, resume=False, served=_served(run_dir))
