@@ -9,16 +9,24 @@ from typing import Any
 
 import pytest
 
-#: Test files that take longest (about 20-100 s each on 2 cores, from ``--durations``), in
-#: that order: they are run first, so that neither of ``make test``'s two workers is left
-#: with a long file at the end while the other idles.
+#: Test files that take longest (about 20-80 s each on 2 cores, from ``--junitxml``), in
+#: that order: they are run first, so that none of ``make test``'s workers is left with a
+#: long file at the end while the others idle. The shared Ray cluster's files (one unit,
+#: :data:`RAY_CLUSTER_FILES`, ~160 s together) come first through their longest file.
 SLOW_FIRST = (
-    "reliability/test_platform_scenarios.py", "scenarios/test_paper_configs.py",
-    "scenarios/test_social.py", "reliability/test_scenario_faults.py", "llm/test_batch.py",
-    "scenarios/test_survey.py", "reliability/test_node_loss.py", "test_scenarios_doc.py",
-    "reliability/test_partial_round.py", "launch/test_cli.py", "test_tutorial.py",
-    "reliability/test_worker_loss.py", "reliability/test_kill_and_resume.py",
-    "reliability/test_env_loss.py", "reliability/test_llm_faults.py", "test_manage_doc.py",
+    "core/test_ray_backend.py", "reliability/test_platform_scenarios.py",
+    "studio/test_survey_browser.py", "reliability/test_scenario_faults.py",
+    "llm/test_batch_finish.py", "scenarios/test_survey_archetypes.py",
+    "reliability/test_adversarial.py", "reliability/test_node_loss.py", "scenarios/test_survey.py",
+    "reliability/test_stop_hangs.py", "llm/test_batch.py", "reliability/test_persona_runs.py",
+    "launch/test_cli.py", "scenarios/test_social.py", "studio/test_scenario_pages.py",
+    "reliability/test_env_loss.py", "studio/test_browser.py", "test_scenarios_doc.py",
+    "reliability/test_pinned_inputs.py", "test_manage_doc.py", "studio/test_manage_browser.py",
+    "scenarios/test_paper_configs.py", "reliability/test_partial_round.py", "test_tutorial.py",
+    "reliability/test_llm_faults.py", "reliability/test_silent_server.py", "test_survey_doc.py",
+    "studio/test_pause_browser.py", "scenarios/test_survey_acceptance.py",
+    "reliability/test_kill_and_resume.py", "reliability/test_worker_loss.py",
+    "studio/test_cli_studio.py",
 )
 #: The files whose tests use :func:`ray_cluster`: ``make test`` runs them on one worker, so
 #: the cluster starts once (a file missing here still works, on a cluster of its worker's).
