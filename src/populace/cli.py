@@ -506,19 +506,31 @@ def serve_llm(
     batch_latency: Annotated[float, typer.Option(
         min=0, max=MAX_TIMEOUT_S,
         help="seconds a batch job (/v1/batches) takes for all its requests")] = 0.5,
+    reasoning_tokens: Annotated[tuple[int, int], typer.Option(
+        help="LOW HIGH: with --policy reasoning, tokens of reasoning answering a prompt "
+             "that asks to think step by step, uniform in [LOW, HIGH] (0 0: one sentence)")
+    ] = (100, 300),
     engine: Annotated[bool, _flag(
         "engine", "time completions on a simulated GPU engine (an 8B model on one A100 "
         "under vLLM unless changed below; docs/engine.md)")] = False,
+    gpu: Annotated[str | None, typer.Option(
+        help="with --engine: a100 or h100, the parameters of an 8B model on that GPU")] = None,
     prefill_rate: Annotated[float | None, typer.Option(
         help="with --engine: prompt tokens computed per second")] = None,
     decode_step: Annotated[float | None, typer.Option(
         help="with --engine: seconds of one decode step at batch size 1")] = None,
     decode_step_per_seq: Annotated[float | None, typer.Option(
         help="with --engine: seconds each running sequence adds to a decode step")] = None,
+    decode_step_per_token: Annotated[float | None, typer.Option(
+        help="with --engine: seconds each token of context adds to a decode step")] = None,
+    max_batched_tokens: Annotated[int | None, typer.Option(
+        help="with --engine: most tokens computed in one iteration "
+             "(vLLM's max_num_batched_tokens)")] = None,
     max_batch: Annotated[int | None, typer.Option(
         help="with --engine: most sequences decoded at once (vLLM's max_num_seqs)")] = None,
     cache_blocks: Annotated[int | None, typer.Option(
-        help="with --engine: prefix-cache capacity, in blocks of 16 tokens")] = None,
+        help="with --engine: KV cache capacity (running sequences and cached prefixes), "
+             "in blocks of 16 tokens")] = None,
     time_scale: Annotated[float | None, typer.Option(
         help="with --engine: simulated seconds per real second")] = None,
     max_running: Annotated[int | None, typer.Option(
@@ -536,12 +548,14 @@ def serve_llm(
     tuning = {"prefill_tokens_per_s": ("--prefill-rate", prefill_rate),
               "decode_step_s": ("--decode-step", decode_step),
               "decode_step_per_seq_s": ("--decode-step-per-seq", decode_step_per_seq),
+              "decode_step_per_token_s": ("--decode-step-per-token", decode_step_per_token),
               "max_batch": ("--max-batch", max_batch),
+              "max_batched_tokens": ("--max-batched-tokens", max_batched_tokens),
               "cache_blocks": ("--cache-blocks", cache_blocks),
               "time_scale": ("--time-scale", time_scale)}
     given = {name: value for name, (_, value) in tuning.items() if value is not None}
-    if given and not engine:
-        flag = next(f for name, (f, _) in tuning.items() if name in given)
+    if (given or gpu is not None) and not engine:
+        flag = next((f for name, (f, _) in tuning.items() if name in given), "--gpu")
         raise _Fail(f"serve-llm: {flag} needs --engine", EXIT_CONFIG)
 
     try:
@@ -549,7 +563,7 @@ def serve_llm(
         if engine:
             from populace.llm import EngineParams
 
-            engine_params = EngineParams(**given)  # type: ignore[arg-type]  # checked there
+            engine_params = EngineParams.for_gpu(gpu or "a100", **given)
         options = ServerOptions(
             models=tuple(model or ["dummy"]),
             latency=(latency, latency_max) if latency_max is not None else latency,
@@ -557,11 +571,13 @@ def serve_llm(
             low=low, high=high, rate_500=error_500, rate_429=error_429,
             rate_timeout=error_timeout, rate_malformed=malformed, seed=seed, api_key=api_key,
             outage=outage, retry_after=retry_after, batch_latency=batch_latency,
-            engine=engine_params, max_running=max_running,
+            engine=engine_params, max_running=max_running, reasoning_tokens=reasoning_tokens,
         )
     except ValueError as e:
         message = str(e)  # the engine's messages name the field: name the flag instead
-        for name, (flag, _) in {**tuning, "max_running": ("--max-running", None)}.items():
+        for name, (flag, _) in {**tuning, "max_running": ("--max-running", None),
+                                "reasoning_tokens": ("--reasoning-tokens", None),
+                                "gpu": ("--gpu", None)}.items():
             if message.startswith(f"{name} "):
                 message = flag + message.removeprefix(name)
         raise _Fail(f"serve-llm: {message}", EXIT_CONFIG) from None
@@ -570,9 +586,11 @@ def serve_llm(
         if engine_params is not None:
             p = engine_params
             out.print(f"engine: {p.prefill_tokens_per_s:g} prompt tokens/s, decode step "
-                      f"{p.decode_step_s:g} s + {p.decode_step_per_seq_s:g} s per sequence, "
-                      f"batch up to {p.max_batch}, {p.cache_blocks} cache blocks, time x"
-                      f"{p.time_scale:g}", soft_wrap=True, highlight=False)
+                      f"{p.decode_step_s:g} s + {p.decode_step_per_seq_s:g} s per sequence + "
+                      f"{p.decode_step_per_token_s:g} s per context token, batch up to "
+                      f"{p.max_batch} sequences and {p.max_batched_tokens} tokens, "
+                      f"{p.cache_blocks} KV blocks, time x{p.time_scale:g}",
+                      soft_wrap=True, highlight=False)
         out.print(f"serving {', '.join(options.models)} at [bold]{url}[/bold] (Ctrl-C stops)",
                   soft_wrap=True)
 

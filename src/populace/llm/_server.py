@@ -63,6 +63,7 @@ from ._batchfile import (
     write_output,
 )
 from ._engine import Engine, EngineParams, chat_tokens, text_tokens
+from ._reasoning import reasoning_length, reasoning_text
 from ._replies import extracted_number, find_number, json_answer, text_of, words
 from ._scripted import ScriptedParams, scripted_reply
 
@@ -113,6 +114,11 @@ class ServerOptions:
     ``latency`` comes first, as a network's would; batch jobs do not use the engine).
     ``max_running``: a completion request arriving while that many are in flight is
     answered 429 with ``Retry-After: retry_after``, not counted as a request.
+
+    ``reasoning_tokens``: with policy ``reasoning``, a prompt that asks to think "step by
+    step" is answered with that many tokens of reasoning drawn from the request's seed
+    (a number, or uniform in a ``(low, high)`` range), unique per seed, as a model
+    thinking aloud would; 0 answers one canned sentence, as any other prompt.
     """
 
     models: Sequence[str] = ("dummy",)
@@ -133,6 +139,7 @@ class ServerOptions:
     engine: EngineParams | None = None
     max_running: int | None = None
     batch_faults: Sequence[str] = ()
+    reasoning_tokens: int | tuple[int, int] = (100, 300)
 
     def __post_init__(self) -> None:
         models = (self.models,) if isinstance(self.models, str) else tuple(self.models)
@@ -172,6 +179,14 @@ class ServerOptions:
         if self.max_running is not None and (type(self.max_running) is not int
                                              or self.max_running < 1):
             raise ValueError(f"max_running must be an integer >= 1, got {self.max_running!r}")
+        tokens = self.reasoning_tokens
+        span = tuple(tokens) if isinstance(tokens, tuple | list) else (tokens, tokens)
+        if len(span) != 2 or not all(type(t) is int and 0 <= t <= _MOST_REASONING
+                                     for t in span) or span[0] > span[1]:
+            raise ValueError(f"reasoning_tokens must be a number of tokens or a (low, high) "
+                             f"range, from 0 to {_MOST_REASONING}, got {tokens!r}")
+        if isinstance(tokens, list):
+            object.__setattr__(self, "reasoning_tokens", span)
         faults = (self.batch_faults,) if isinstance(self.batch_faults, str) \
             else tuple(self.batch_faults)
         for fault in faults:
@@ -180,6 +195,7 @@ class ServerOptions:
 
 
 _FAULTS = ("expired", "failed", "cancelled", "hold")
+_MOST_REASONING = 100_000
 
 
 def _batch_fault(fault: Any) -> tuple[str, float]:
@@ -257,6 +273,11 @@ def _answer(options: ServerOptions, messages: list[dict[str, Any]], seed: int,
         reason = "I read the number stated in the reply."
     else:
         number = options.low + mix64(seed) % (options.high - options.low + 1)
+        if options.policy == "reasoning" and any(
+                "step by step" in text_of(m.get("content")).lower() for m in messages):
+            length = reasoning_length(seed, options.reasoning_tokens)
+            if length:
+                reason = reasoning_text(seed, length, number, options.low, options.high)
     structured = isinstance(response_format, dict) and response_format.get("type") in (
         "json_schema", "json_object")
     if structured:
@@ -264,7 +285,8 @@ def _answer(options: ServerOptions, messages: list[dict[str, Any]], seed: int,
     if extracted is not None:
         return f"The answer is {number}"
     if options.policy == "reasoning":
-        return f"{reason} The answer is {number}."
+        return reason if reason.endswith(f"The answer is {number}.") \
+            else f"{reason} The answer is {number}."
     return str(number)
 
 

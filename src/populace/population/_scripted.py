@@ -1,10 +1,13 @@
 """The scripted model's background writer, and the persona tables its rules share.
 
 A background request (the last user message holds a JSON object of attributes, or asks for
-a background and names no target) is answered with a short second-person persona that
-restates every attribute ("Your education is doctorate."), so that the rules reading a
-persona — the guessing game's and the survey's — find it again when the background is the
-system prompt. The rule joins the scripted model through the entry point group
+a background and names no target) is answered with a second-person persona that restates
+every attribute ("Your education is doctorate."), so that the rules reading a persona — the
+guessing game's and the survey's — find it again when the background is the system prompt.
+When the request asks for a length ("at most 120 words"), the persona has that many words
+(within 15%): seeded sentences about the person's days, people, past, skills and views are
+added, so that a persona costs what a real model's would in the prompts that carry it.
+The rule joins the scripted model through the entry point group
 ``populace.scripted_rules`` (priority 500: after the survey rule and the game's extraction
 answer, before the game's rule, which answers anything); see ``docs/scripted-model.md``.
 
@@ -55,6 +58,61 @@ _HABITS = (
 )
 
 
+# Sentences that lengthen a background to the words asked, in this order, each drawn from
+# its own list by the seed: a person's day, people, past, skills and views.
+_MORE: tuple[tuple[str, ...], ...] = (
+    ("Most mornings start early, with coffee and the radio news before anyone else is up.",
+     "Your days follow a loose routine: work, a long walk, and dinner later than most.",
+     "Weekdays are full and noisy; on weekends you disappear for hours without a plan.",
+     "You work shifts, so your week rarely looks like anyone else's."),
+    ("Your closest friend is someone you met at school and still call every week.",
+     "You live with a partner who teases you about how long you take to decide things.",
+     "Your family is large and loud, and you are the one they ask to settle arguments.",
+     "You have a sister abroad and a small circle of friends you trust completely."),
+    ("A job you lost years ago taught you to keep savings and a second plan.",
+     "Moving away from home at eighteen shaped how independent you are today.",
+     "Caring for a sick parent for two years made you patient and practical.",
+     "A lucky win early in life made you curious about chance more than greedy."),
+    ("You are good with numbers in daily life but distrust anything that looks too clever.",
+     "You read people well and notice when someone is bluffing.",
+     "You are quick to learn a new tool and slow to give up an old habit.",
+     "You remember details other people forget, and you lose your keys every week."),
+    ("You believe most people mean well but rarely think far ahead.",
+     "You think fairness matters more than winning, though you do like to win.",
+     "You expect others to follow the crowd, and you like to stand slightly apart from it.",
+     "You care about your neighbourhood and vote in every local election."),
+    ("When you compete, you study the others before you make a move.",
+     "Risk does not scare you if you have thought it through; surprises do.",
+     "You prefer a sure small gain to a long shot, except in games.",
+     "In groups you tend to go along at first and change course later."),
+)
+_MORE_SALT = 0x5C7
+_ASKED = re.compile(r"(\d+)\s+words", re.IGNORECASE)
+
+
+def _lengthened(parts: list[str], words: int, seed: int) -> str:
+    """``parts`` joined and lengthened with :data:`_MORE` sentences to ``words`` words
+    (within one sentence), or cut to them when already longer."""
+    text = " ".join(p for p in parts if p)
+    count = len(text.split())
+    extra: list[str] = []
+    i = 0
+    while count < words:
+        pool = _MORE[i % len(_MORE)]
+        pick = mix64(derive_seed(seed, _MORE_SALT, i))
+        fresh = [s for s in pool if s not in extra] or list(pool)  # repeats only when out
+        sentence = fresh[pick % len(fresh)]
+        extra.append(sentence)
+        count += len(sentence.split())
+        i += 1
+    if extra and count - words > words - (count - len(extra[-1].split())):
+        count -= len(extra.pop().split())  # stop one sentence short: nearer the length
+    text = " ".join([text, *extra]) if extra else text
+    if count > words * 1.15:
+        text = " ".join(text.split()[:words]).rstrip(",;:") + "."
+    return text
+
+
 def _first_step(text: str, table: tuple[tuple[str, float], ...]) -> float:
     for key, steps in table:
         if key in text:
@@ -95,7 +153,10 @@ def _background(prompt: str, seed: int) -> str:
     moved = "and still live there" if home == now else f"and now live in {now}"
     parts = [f"You are {name}. You grew up in {home} {moved}.", facts, style,
              _HABITS[mix64(derive_seed(seed, _HABIT)) % len(_HABITS)]]
-    return " ".join(p for p in parts if p)
+    asked = _ASKED.search(prompt)
+    if asked is None:
+        return " ".join(p for p in parts if p)
+    return _lengthened(parts, int(asked.group(1)), seed)
 
 
 def _is_background_request(prompt: str) -> bool:
