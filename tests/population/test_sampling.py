@@ -261,11 +261,7 @@ def test_examples_give_exactly_200_per_level() -> None:
 
 
 @pytest.mark.slow
-def test_a_million_agents_in_under_five_seconds() -> None:
-    import time
-
-    config = all_templates(1_000_000)
-    started = time.perf_counter()
-    table = sample_population(config, 1)
-    assert time.perf_counter() - started < 5.0
+def test_a_million_agents() -> None:
+    # how fast: benchmarks/population.py (a million agents by default)
+    table = sample_population(all_templates(1_000_000), 1)
     assert table.num_rows == 1_000_000

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -45,11 +44,10 @@ def test_a_stop_with_calls_in_flight_prints_one_line(
     out = tmp_path / "out"
     run = populace("run", path, "--out", out)
     helpers.wait_until(lambda: _in_flight(base_url) >= 16, 60, "16 calls in flight")
-    signalled = time.monotonic()
     os.kill(run.pid, sig)
     status, _, stderr = run.finish(timeout=30)
-    assert time.monotonic() - signalled < 10  # stopped by the run, not by the watchdog
     assert status == CODES[sig], stderr
+    # stopped by the run, not by the watchdog: its line would say "did not stop within"
     assert stderr.splitlines() == [
         f"error: stopped; finished steps are in {out}; continue with: "
         f"populace run --resume {out}"]
