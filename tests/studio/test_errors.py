@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from populace.studio import AgentBrowser, AgentQueryError, Runs, UnknownAgent
+from populace.studio import AgentBrowser, AgentQueryError, NotFound, Refused, Runs, UnknownAgent
+from populace.studio._runs import Damaged
 
 BEYOND_INT64 = "99999999999999999999999"
 
@@ -192,3 +193,20 @@ def test_a_slashed_path_is_a_json_404_not_a_redirect(client: TestClient) -> None
     for path in ("/api/runs/", "/api/runs/..%2f", "/api/runs/finished/"):
         r = client.get(path, follow_redirects=False)
         assert r.status_code == 404 and "error" in r.json(), (path, r.status_code, r.text)
+
+
+@pytest.mark.parametrize(("error", "status", "line"), [
+    (NotFound("x" * 120), 404, "no run or file named '" + "x" * 100 + "…'"),
+    (UnknownAgent("no agent 3 in this run"), 404, "no agent 3 in this run"),
+    (FileNotFoundError("report.html: no such file"), 404, "report.html: no such file"),
+    (Refused("not a run file the studio lists"), 400, "not a run file the studio lists"),
+    (AgentQueryError("unknown column 'nope'"), 400, "unknown column 'nope'"),
+    (Damaged("summary.json: not JSON"), 409, "summary.json: not JSON"),
+], ids=lambda v: type(v).__name__ if isinstance(v, Exception) else None)
+def test_each_expected_error_has_its_status_and_line(
+        client: TestClient, error: Exception, status: int, line: str) -> None:
+    def fail() -> None:
+        raise error
+
+    client.app.app.add_api_route("/api/fails", fail)  # type: ignore[attr-defined]  # in Guard
+    assert _error(client.get("/api/fails"), status) == line

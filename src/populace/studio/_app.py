@@ -43,7 +43,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,29 @@ _SOURCES = ("body", "query", "path", "header", "cookie")  # the first part of an
 log = logging.getLogger("populace.studio")
 
 
+def _no_such(e: Exception) -> str:
+    name = str(e) if len(str(e)) <= 100 else str(e)[:100] + "…"
+    return f"no run or file named {name!r}"
+
+
+#: The errors a request may meet, each answered with its status and one line.
+_EXPECTED: tuple[tuple[type[Exception], int, Callable[[Exception], str]], ...] = (
+    (NotFound, 404, _no_such),
+    (UnknownAgent, 404, str),
+    (FileNotFoundError, 404, str),
+    (Refused, 400, str),
+    (AgentQueryError, 400, str),
+    (Damaged, 409, str),
+)
+
+
+def _answer(status: int, say: Callable[[Exception], str]
+            ) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
+    async def handler(_: Request, e: Exception) -> JSONResponse:
+        return JSONResponse({"error": say(e)}, status_code=status)
+    return handler
+
+
 class StartRequest(BaseModel):
     """What the start form sends: a run file and optional overrides (JSON numbers; no
     other fields)."""
@@ -119,30 +142,8 @@ def create_app(runs: Runs, *, host: str = "127.0.0.1", token: str | None = None,
     app.state.runs = runs
     app.state.closing = False
 
-    @app.exception_handler(NotFound)
-    async def not_found(_: Request, e: NotFound) -> JSONResponse:
-        name = str(e) if len(str(e)) <= 100 else str(e)[:100] + "…"
-        return JSONResponse({"error": f"no run or file named {name!r}"}, status_code=404)
-
-    @app.exception_handler(Refused)
-    async def refused(_: Request, e: Refused) -> JSONResponse:
-        return JSONResponse({"error": str(e)}, status_code=400)
-
-    @app.exception_handler(Damaged)
-    async def damaged(_: Request, e: Damaged) -> JSONResponse:
-        return JSONResponse({"error": str(e)}, status_code=409)
-
-    @app.exception_handler(AgentQueryError)
-    async def bad_query(_: Request, e: AgentQueryError) -> JSONResponse:
-        return JSONResponse({"error": str(e)}, status_code=400)
-
-    @app.exception_handler(FileNotFoundError)
-    async def missing(_: Request, e: FileNotFoundError) -> JSONResponse:
-        return JSONResponse({"error": str(e)}, status_code=404)
-
-    @app.exception_handler(UnknownAgent)
-    async def unknown(_: Request, e: UnknownAgent) -> JSONResponse:
-        return JSONResponse({"error": str(e)}, status_code=404)
+    for kind, status, say in _EXPECTED:
+        app.add_exception_handler(kind, _answer(status, say))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
