@@ -28,7 +28,10 @@ API: dict[str, set[str]] = {
         "TaskOwner", "UnobservedFailureWarning", "WorkerLost", "WorkerStats", "current_agent",
         "derive_seed", "gather", "make_backend", "mix64", "outcomes_table", "seed_for",
         "ship_by_value",
-        "uniform_pick", "unit_float", "wait"},
+        "uniform_pick", "unit_float", "wait",
+        # backends by name: the registry (issue 30)
+        "LOCAL", "RAY", "BackendKind", "backend_kind", "backend_names", "expected_backends",
+        "register_backend", "unregister_backend", "ray_host_port"},
     "populace.environment": {
         "ClientStats", "DuplicateKeyError", "Env", "EnvClient", "EnvError", "EnvEvent",
         "EnvServedError", "EnvService", "EnvStats", "EnvVerbs", "EventKind", "ListenerError",

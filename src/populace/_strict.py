@@ -116,3 +116,39 @@ def _keep_checkpoints(value: Any) -> Any:
 
 #: ``keep_checkpoints:``: ``all`` (any step can be forked or interviewed) or the newest N.
 KeepCheckpoints = Annotated[Any, BeforeValidator(_keep_checkpoints)]
+
+
+def _known_backend(value: Any) -> str:
+    from populace.core import backend_names, expected_backends
+
+    if not isinstance(value, str) or value not in backend_names():
+        raise PydanticCustomError("literal_error", "Input should be {expected}",
+                                  {"expected": expected_backends()})
+    return value
+
+
+#: ``backend:``: a backend's name, those registered included
+#: (:func:`populace.core.register_backend`), in pydantic's words for a choice when unknown.
+BackendName = Annotated[str, BeforeValidator(_known_backend)]
+
+
+def address_checked(address: str | None, backend: Any) -> str | None:
+    """``address:`` when backend ``backend`` joins addresses of its form; a ValueError
+    naming the forms otherwise (a backend that joins none is :func:`only_with_address`'s)."""
+    from populace.core import backend_kind, backend_names
+
+    if address is None or backend not in backend_names():  # the backend's own error
+        return address
+    kind = backend_kind(backend)
+    if kind.addresses is not None and not kind.address_ok(address):
+        raise ValueError(f"expected {kind.addresses}")
+    return address
+
+
+def only_with_address(address: str | None, backend: str) -> None:
+    """A ValueError when ``address:`` is given to a backend that joins no cluster."""
+    from populace.core import backend_kind, backend_names
+
+    if address is not None and backend_kind(backend).addresses is None:
+        joining = [n for n in backend_names() if backend_kind(n).addresses is not None]
+        raise ValueError(f"address: is only meaningful with backend: {' or '.join(joining)}")

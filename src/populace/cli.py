@@ -235,7 +235,7 @@ def run(
     run_file = load_run_file(config, {"agents": agents, "steps": rounds, "seed": seed,
                                       "workers": workers, "backend": backend,
                                       "address": address})
-    _check_ray_address(run_file, config, given=address is not None)
+    _check_address(run_file, config, given=address is not None)
     if replay is not None and not _is(replay / "llm_calls", Path.is_dir, "--replay") \
             and any(m.provider != "dummy" for m in run_file.options.models.values()):
         raise ConfigError(f"--replay {replay}: no llm_calls/ recording in that directory")
@@ -268,30 +268,16 @@ def _fork(source: Path, at: int, pairs: list[str], out_dir: Path | None,
             studio_port=studio_port)
 
 
-def _check_ray_address(run_file: RunFile, config: Path, *, given: bool) -> None:
-    """A Ray address that names a host and port must answer a TCP connect within 5 s (ray.init
-    would otherwise wait, or fail with a traceback); ``given``: it came from --address."""
-    import importlib.util
-    import socket
-
-    from populace.launch import ray_host_port
+def _check_address(run_file: RunFile, config: Path, *, given: bool) -> None:
+    """The cluster a run joins answers now (its backend says how to tell), or one line;
+    ``given``: the address came from --address."""
+    from populace.core import backend_kind
 
     o = run_file.options
-    if o.backend != "ray" or o.address is None:
-        return
-    found = ray_host_port(o.address)
-    if found is None:  # auto, local
-        return
-    flag = f"--address {o.address}" if given else f"{config}: address: {o.address}"
-    if o.address.startswith("ray://") and importlib.util.find_spec("grpc") is None:
-        raise _Fail(f"{flag}: ray:// needs the Ray Client: pip install 'ray[client]'",
-                    EXIT_CONFIG)
-    try:
-        socket.create_connection(found, timeout=5).close()
-    except OSError as e:
-        why = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
-        raise _Fail(f"{flag}: cannot connect to a Ray cluster there ({why})",
-                    EXIT_CONFIG) from None
+    why = backend_kind(o.backend).unreachable(o.address) if o.address is not None else None
+    if why is not None:
+        flag = f"--address {o.address}" if given else f"{config}: address: {o.address}"
+        raise _Fail(f"{flag}: {why}", EXIT_CONFIG)
 
 
 @app.command()

@@ -4,7 +4,19 @@
 """
 
 from ._agent import Agent, Memory, PerWorker, Profile
-from ._backend import Backend, LocalBackend, ServiceHandle, make_backend
+from ._backend import (
+    LOCAL,
+    Backend,
+    BackendKind,
+    LocalBackend,
+    ServiceHandle,
+    backend_kind,
+    backend_names,
+    expected_backends,
+    make_backend,
+    register_backend,
+    unregister_backend,
+)
 from ._columnar import outcomes_table
 from ._driver import SharedTimers, Signal, current_agent
 from ._errors import (
@@ -24,17 +36,25 @@ from ._errors import (
 from ._handle import AgentGroup, AgentHandle
 from ._msg import Msg
 from ._placeholder import Placeholder, PlaceholderSet, UnobservedFailureWarning, gather, wait
+from ._ray import RAY, ray_host_port
 from ._runtime import Simulation, SimulationStats
 from ._seeding import derive_seed, mix64, seed_for, uniform_pick, unit_float
 from ._shipping import ship_by_value
 from ._tasks import TaskOwner
 from ._worker import WorkerStats
 
+# The backends run files know by name; another joins with one register_backend call.
+register_backend(LOCAL)
+register_backend(RAY)
+
 __all__ = [
+    "LOCAL",
+    "RAY",
     "Agent",
     "AgentGroup",
     "AgentHandle",
     "Backend",
+    "BackendKind",
     "CallTimeout",
     "ConfigError",
     "LocalBackend",
@@ -62,15 +82,21 @@ __all__ = [
     "UnobservedFailureWarning",
     "WorkerLost",
     "WorkerStats",
+    "backend_kind",
+    "backend_names",
     "current_agent",
     "derive_seed",
+    "expected_backends",
     "gather",
     "make_backend",
     "mix64",
     "outcomes_table",
+    "ray_host_port",
+    "register_backend",
     "seed_for",
     "ship_by_value",
     "uniform_pick",
     "unit_float",
+    "unregister_backend",
     "wait",
 ]

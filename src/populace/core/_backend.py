@@ -14,6 +14,7 @@ import inspect
 import os
 import socket
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ._agent import Agent
@@ -219,16 +220,78 @@ class LocalBackend:
             await w.aclose()
 
 
+def _no_options(**options: Any) -> LocalBackend:
+    if options:
+        raise TypeError(f"the local backend takes no options, got {sorted(options)}")
+    return LocalBackend()
+
+
+def _answers(address: str) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class BackendKind:
+    """A kind of backend as the layers above need it before one starts: what makes one,
+    the cluster addresses it joins, whether one answers, how a user's code reaches its
+    workers. A new backend is a module with its :class:`Backend` class and one of these,
+    given to :func:`register_backend`; run files, the CLI and the launcher then take its
+    name (``backend: NAME``) with no other change.
+    """
+
+    name: str
+    #: ``make(**options)``: a new backend; ``address`` is the one option run files give
+    make: Callable[..., Backend]
+    #: the address forms it joins, as error messages name them; None: it joins none
+    addresses: str | None = None
+    #: whether ``address`` is of a form it joins
+    address_ok: Callable[[str], bool] = lambda address: False
+    #: why a cluster at ``address`` does not answer now (None: it does, or nothing to check)
+    unreachable: Callable[[str], str | None] = _answers
+    #: makes a module loaded from a path travel to the workers by value (its workers are
+    #: other processes that cannot import it); None: the workers share this process
+    ship: Callable[[str], None] | None = None
+
+    def options(self, address: str | None) -> dict[str, Any]:
+        """The options :attr:`make` takes for a run file's ``address``."""
+        return {"address": address} if address is not None else {}
+
+
+LOCAL = BackendKind("local", _no_options)
+_KINDS: dict[str, BackendKind] = {}
+
+
+def register_backend(kind: BackendKind) -> None:
+    """Make backend ``kind.name`` known to run files, the CLI and :func:`make_backend`."""
+    _KINDS[kind.name] = kind
+
+
+def unregister_backend(name: str) -> None:
+    """Forget backend ``name`` (a test's own, say); unknown names are ignored."""
+    _KINDS.pop(name, None)
+
+
+def backend_names() -> tuple[str, ...]:
+    """The names of the known backends, ``("local", "ray")`` and those registered."""
+    return tuple(_KINDS)
+
+
+def expected_backends() -> str:
+    """The known names as pydantic lists a choice's: ``'local' or 'ray'``."""
+    names = [repr(n) for n in _KINDS]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def backend_kind(name: str) -> BackendKind:
+    """The kind of backend ``name``; ValueError naming the known ones otherwise."""
+    try:
+        return _KINDS[name]
+    except KeyError:
+        raise ValueError(f"unknown backend {name!r}; expected {expected_backends()}") from None
+
+
 def make_backend(spec: str | Backend, **options: Any) -> Backend:
-    """A backend from its name (``"local"``, ``"ray"``) or an instance."""
+    """A backend from its name (``"local"``, ``"ray"``, a registered one) or an instance."""
     if not isinstance(spec, str):
         return spec
-    if spec == "local":
-        if options:
-            raise TypeError(f"the local backend takes no options, got {sorted(options)}")
-        return LocalBackend()
-    if spec == "ray":
-        from ._ray import RayBackend
-
-        return RayBackend(**options)
-    raise ValueError(f"unknown backend {spec!r}; expected 'local' or 'ray'")
+    return backend_kind(spec).make(**options)

@@ -26,12 +26,13 @@ from typing import Any
 import numpy as np
 
 from ._agent import Agent
-from ._backend import Deliver, Request
+from ._backend import BackendKind, Deliver, Request
 from ._columnar import pack
 from ._driver import track_tasks
 from ._errors import ConfigError, ServiceLost, WorkerLost
 from ._gc import tune_gc
 from ._placeholder import Placeholder
+from ._shipping import ship_by_value
 from ._tasks import TaskOwner
 from ._walk import replace
 from ._worker import (
@@ -440,3 +441,44 @@ def _cause(error: BaseException) -> str:
         return "unreachable (its process or its node is gone)"
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+def ray_host_port(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a Ray address ``HOST:PORT`` or ``ray://HOST:PORT`` (an IPv6 host
+    in brackets); None for any other form."""
+    rest = address.removeprefix("ray://")
+    host, sep, port = rest.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        return None
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or \
+            any(c.isspace() or c in "/[]@?#" for c in host):
+        return None
+    return host, int(port)
+
+
+def _unreachable(address: str) -> str | None:
+    """Why the Ray cluster at ``address`` cannot be joined now: a host and port must answer
+    a TCP connect within 5 s (ray.init would otherwise wait, or fail with a traceback)."""
+    import importlib.util
+    import socket
+
+    found = ray_host_port(address)
+    if found is None:  # auto, local
+        return None
+    if address.startswith("ray://") and importlib.util.find_spec("grpc") is None:
+        return "ray:// needs the Ray Client: pip install 'ray[client]'"
+    try:
+        socket.create_connection(found, timeout=5).close()
+    except OSError as e:
+        why = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        return f"cannot connect to a Ray cluster there ({why})"
+    return None
+
+
+#: The Ray backend: workers and services in actors, on this machine or a cluster it joins.
+RAY = BackendKind(
+    "ray", RayBackend, addresses="auto, local, HOST:PORT or ray://HOST:PORT",
+    address_ok=lambda a: a in ("auto", "local") or ray_host_port(a) is not None,
+    unreachable=_unreachable, ship=ship_by_value)

@@ -7,6 +7,8 @@ recovery from a lost worker, LLM recording and ``--replay``, the studio's live v
 ``populace report``. See ``docs/scenarios.md``.
 """
 
+from populace.core import ray_host_port  # Ray's address forms, for scripts that check one
+
 from ._console import ConsoleObserver
 from ._control import RunControl, RunNotLive
 from ._estimate import PILOT_AGENTS, Estimate, ModelEstimate, estimate
@@ -44,7 +46,6 @@ from ._runfile import (
     RunOptions,
     load_run_file,
     parse_run_file,
-    ray_host_port,
     resolve_scenario,
     scenario_of,
     where,

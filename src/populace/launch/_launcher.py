@@ -41,8 +41,8 @@ from populace.core import (
     PopulaceError,
     Simulation,
     WorkerLost,
+    backend_kind,
     derive_seed,
-    ship_by_value,
 )
 from populace.environment import ServiceClosed
 from populace.llm import ModelSet, Served, limits, preflight, traffic
@@ -587,9 +587,10 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
                 run_dir.write_profiles(population)
             if replay is not None and not resume:  # the replayed run's, carried out again
                 _interventions.write_all(run_dir.path, _interventions.read_interventions(replay))
-        if o.backend == "ray":  # a scenario file and its neighbours are not importable there
+        ship = backend_kind(o.backend).ship
+        if ship is not None:  # a scenario file and its neighbours are not importable there
             for module in _user_modules(run_file):
-                ship_by_value(module)
+                ship(module)
         async with Simulation(workers=o.workers, backend=o.backend,
                               **o.backend_options()) as sim:
             run = Run(run_file, sim, run_dir, population=population, monitor=monitor,

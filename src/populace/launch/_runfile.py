@@ -25,21 +25,24 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal
+from typing import Any
 
 import pyarrow as pa
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
 from populace._strict import (
     MAX_AGENTS,
     MAX_SEED,
     MAX_STEPS,
     MAX_WORKERS,
+    BackendName,
     KeepCheckpoints,
     StrictModel,
+    address_checked,
+    only_with_address,
 )
 from populace.config import format_error, key_text, read_yaml, unknown_key
-from populace.core import ConfigError
+from populace.core import ConfigError, backend_kind
 from populace.llm import DummyConfig, ModelConfig, load_factory
 from populace.population import PopulationConfig, sample_population
 from populace.results import RunDirectory
@@ -78,7 +81,8 @@ class RunOptions(StrictModel):
                        "ticks) to play; the run file may call them rounds:")
     workers: int = Field(1, strict=True, ge=1, le=MAX_WORKERS,
                          description="worker count (each hosts many agents)")
-    backend: Literal["local", "ray"] = Field("local", description="where workers live")
+    backend: BackendName = Field("local", description="where workers live: local, ray or a "
+                                 "registered backend")
     address: str | None = Field(None, description="Ray cluster to join ('auto', 'ray://…')")
     models: dict[str, ModelConfig] = Field(default_factory=_default_models, min_length=1)
     population: PopulationConfig | None = Field(None, description="aspects sampled per agent")
@@ -93,15 +97,12 @@ class RunOptions(StrictModel):
 
     @field_validator("address")
     @classmethod
-    def _address_form(cls, value: str | None) -> str | None:
-        if value is not None and value not in ("auto", "local") and ray_host_port(value) is None:
-            raise ValueError("expected auto, local, HOST:PORT or ray://HOST:PORT")
-        return value
+    def _address_form(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return address_checked(value, info.data.get("backend"))
 
     @model_validator(mode="after")
     def _address(self) -> RunOptions:
-        if self.address is not None and self.backend != "ray":
-            raise ValueError("address: is only meaningful with backend: ray")
+        only_with_address(self.address, self.backend)
         return self
 
     @model_validator(mode="after")
@@ -111,22 +112,7 @@ class RunOptions(StrictModel):
         return self
 
     def backend_options(self) -> dict[str, Any]:
-        return {"address": self.address} if self.backend == "ray" and self.address else {}
-
-
-def ray_host_port(address: str) -> tuple[str, int] | None:
-    """``(host, port)`` of a Ray address ``HOST:PORT`` or ``ray://HOST:PORT`` (an IPv6 host
-    in brackets); None for any other form."""
-    rest = address.removeprefix("ray://")
-    host, sep, port = rest.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host:
-        return None
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or \
-            any(c.isspace() or c in "/[]@?#" for c in host):
-        return None
-    return host, int(port)
+        return backend_kind(self.backend).options(self.address)
 
 
 @dataclass(frozen=True)

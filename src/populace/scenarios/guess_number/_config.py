@@ -22,11 +22,13 @@ from populace._strict import (
     MAX_SEED,
     MAX_STEPS,
     MAX_WORKERS,
+    BackendName,
     KeepCheckpoints,
     StrictModel,
     fail_at,
+    only_with_address,
 )
-from populace.core import derive_seed
+from populace.core import backend_kind, derive_seed
 from populace.llm import DummyConfig, Layout, ModelConfig
 from populace.population import PopulationConfig
 
@@ -168,7 +170,8 @@ class RunConfig(StrictModel):
     rounds: int = Field(1, ge=1, le=MAX_STEPS)
     workers: int = Field(1, ge=1, le=MAX_WORKERS,
                          description="worker count (each hosts many agents)")
-    backend: Literal["local", "ray"] = Field("local", description="where workers live")
+    backend: BackendName = Field("local", description="where workers live: local, ray or a "
+                                 "registered backend")
     address: str | None = Field(None, description="Ray cluster to join ('auto', 'ray://…'); "
                                 "default: start a local one")
     models: dict[str, ModelConfig] = Field(default_factory=_default_models, min_length=1)
@@ -314,12 +317,11 @@ class RunConfig(StrictModel):
 
     @model_validator(mode="after")
     def _address(self) -> RunConfig:
-        if self.address is not None and self.backend != "ray":
-            raise ValueError("address: is only meaningful with backend: ray")
+        only_with_address(self.address, self.backend)
         return self
 
     def backend_options(self) -> dict[str, Any]:
-        return {"address": self.address} if self.backend == "ray" else {}
+        return backend_kind(self.backend).options(self.address)
 
     @property
     def model_name(self) -> str:
