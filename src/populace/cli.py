@@ -1006,8 +1006,9 @@ def main() -> None:
     except _Fail as e:
         err.print(f"[red]error:[/red] {_line(e)}", highlight=False, soft_wrap=True)
         sys.exit(e.code)
-    except Terminated:
-        raise  # a PopulaceError, but a signal, not a failure: the commands that stop on it say so
+    except Terminated:  # a signal, not a failure; run, sweep and studio say more themselves
+        err.print("[red]terminated[/red]")
+        sys.exit(EXIT_TERMINATED)
     except PopulaceError as e:
         err.print(f"[red]error:[/red] {_line(f'{type(e).__name__}: {e}')}", highlight=False,
                   soft_wrap=True)

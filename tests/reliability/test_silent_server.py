@@ -57,3 +57,45 @@ def test_a_server_that_answers_slowly_is_not_reported(
     }))
     status, _, stderr = populace("run", path, "--out", tmp_path / "out").finish(timeout=120)
     assert (status, stderr) == (0, "")
+
+
+def test_sigterm_while_backgrounds_wait_on_a_silent_server_is_one_line(
+        tmp_path: Path, populace: Callable[..., Any], helpers: Any) -> None:
+    """`populace backgrounds` (no run directory, no summary) stopped by SIGTERM while its
+    calls wait: one line and 143, as `populace run` — not a traceback and 1."""
+    import os
+    import signal
+
+    server = populace("serve-llm", "--port", "0", "--error-timeout", "1")  # never answers
+    base_url = server.wait_for("serving dummy at ", timeout=60).split(" at ", 1)[1].split()[0]
+    path = tmp_path / "run.yaml"
+    path.write_text(json.dumps({
+        "name": "writers", "seed": 5, "agents": 4,
+        "models": {"llm": {"provider": "openai", "model": "dummy", "base_urls": [base_url],
+                           "timeout": 30}},
+        "population": {"aspects": {"age": {"values": ["young", "old"]}},
+                       "backgrounds": {"model": "llm", "words": 20}},
+    }))
+    run = populace("backgrounds", path, "--out", tmp_path / "b.parquet",
+                   "--cache", tmp_path / "cache")
+    # connected to the server: the command is past its imports and waits under its handler
+    port = int(base_url.rstrip("/").rsplit(":", 1)[1].split("/")[0])
+    helpers.wait_until(lambda: _connected(port), 60, "a connection to the server")
+    os.kill(run.pid, signal.SIGTERM)
+    status, _, stderr = run.finish(timeout=60)
+    assert status == 143, stderr
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1] == "terminated", stderr
+
+
+def _connected(port: int) -> bool:
+    """Whether a TCP connection to local ``port`` is established (from /proc/net/tcp)."""
+    try:
+        rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return True  # not Linux: go on at once (the test then only checks the exit)
+    for row in rows:
+        local, remote, state = row.split()[1:4]
+        if state == "01" and int(remote.rsplit(":", 1)[1], 16) == port:
+            return True
+    return False
