@@ -95,7 +95,7 @@ def _connected(port: int) -> bool:
     except OSError:
         return True  # not Linux: go on at once (the test then only checks the exit)
     for row in rows:
-        local, remote, state = row.split()[1:4]
+        remote, state = row.split()[2:4]
         if state == "01" and int(remote.rsplit(":", 1)[1], 16) == port:
             return True
     return False
