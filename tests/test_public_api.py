@@ -51,7 +51,10 @@ API: dict[str, set[str]] = {
         "LAYOUTS", "Layout", "conversation", "Served", "EngineParams",
         "Coalescing", "limits", "read_agent_calls",
         # for the scripted model's rules, which live with their scenarios (issue 30)
-        "scripted_rule", "text_of", "is_structured", "json_answer", "extracted_number"},
+        "scripted_rule", "text_of", "is_structured", "json_answer", "extracted_number",
+        # what each server can do: the registry (issue 30)
+        "ServerKind", "BusyProbe", "register_server_kind", "unregister_server_kind",
+        "server_kind", "server_kind_names"},
     "populace.population": {
         "AspectConfig", "BackgroundConfig", "BackgroundResult", "DEFAULT_META_PROMPT",
         "DEFAULT_SYSTEM_PROMPT", "GroupsConfig", "PopulationConfig", "TEMPLATES",

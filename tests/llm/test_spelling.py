@@ -1,4 +1,4 @@
-"""Structured decoding in each server's spelling (populace.llm._spelling)."""
+"""Structured decoding in each server's spelling (``ServerKind.constrain``)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 
-from populace.llm import MockTransport, OpenAIModel, Response
-from populace.llm._spelling import constrain
+from populace.llm import MockTransport, OpenAIModel, Response, server_kind
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "number"}}, "required": ["n"]}
 JSON = {"type": "json_schema", "json_schema": {"name": "guess", "schema": SCHEMA}}
@@ -17,7 +16,7 @@ CHOICE = {"type": "choice", "choice": ["yes", "no"]}
 
 def spelt(response_format: dict[str, Any], server: str) -> dict[str, Any]:
     body: dict[str, Any] = {}
-    constrain(body, response_format, server)
+    server_kind(server).constrain(body, response_format)
     return body
 
 

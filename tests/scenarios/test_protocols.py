@@ -23,7 +23,7 @@ import pytest
 from aiohttp import web
 
 from populace.core import derive_seed, mix64, seed_for
-from populace.llm import ServerOptions, create_app, running_server
+from populace.llm import ServerOptions, create_app, running_server, server_kind
 from populace.results import RunDirectory, read_summary, read_table
 from populace.scenarios.guess_number import RunConfig, play
 from populace.scenarios.guess_number._prompts import RESPONSE_SCHEMA as JSON_SCHEMA
@@ -431,16 +431,20 @@ async def test_two_call_extracts_only_what_is_not_stated(tmp_path: Path,
 def test_auto_picks_one_constrained_call_at_p1_on_a_server_that_takes_choices() -> None:
     auto = {"protocol": "auto"}
     config = make_config({"llm": llm(["http://gpu:8000/v1"])}, agents=4, game=auto)
+    def choice(server: str) -> bool:  # what run.supports(model, "choice") answers
+        return server_kind(server).supports("choice")
+
     for server in ("vllm", "sglang", "llamacpp", "populace"):
-        assert config.protocol_for("llm", server) == "constrained"
-    assert config.protocol_for("llm", "openai") == "two_call"  # no choice constraint
-    assert config.protocol_for("llm") == "two_call"  # not known (a replay of an old run)
+        assert config.protocol_for("llm", choice(server)) == "constrained"
+    assert config.protocol_for("llm", choice("openai")) == "two_call"  # no choice constraint
+    assert config.protocol_for("llm", choice("auto")) == "two_call"  # not known (a replay)
+    assert config.protocol_for("llm") == "two_call"
     p2 = make_config({"llm": llm(["http://gpu:8000/v1"])}, agents=4,
                      game={**auto, "level": "P2"})
-    assert p2.protocol_for("llm", "vllm") == "two_call"  # the level asks for reasoning
+    assert p2.protocol_for("llm", choice("vllm")) == "two_call"  # the level asks for reasoning
     real = make_config({"llm": llm(["http://gpu:8000/v1"])}, agents=4,
                        game={**auto, "high": 0.5})
-    assert real.protocol_for("llm", "llamacpp") == "two_call"  # not a range of integers
+    assert real.protocol_for("llm", choice("llamacpp")) == "two_call"  # not integers
 
 
 async def test_auto_on_serve_llm_at_p1_is_one_call_and_a_replay_keeps_it(

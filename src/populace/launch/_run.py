@@ -29,7 +29,14 @@ from populace.core import (
     wait,
 )
 from populace.environment import Env, EnvClient, EnvService, RemoteEnvService, serve
-from populace.llm import ModelSet, OpenAIConfig, Served, model_stats
+from populace.llm import (
+    ModelSet,
+    OpenAIConfig,
+    Served,
+    model_stats,
+    server_kind,
+    server_kind_names,
+)
 from populace.results import error_kind
 
 if TYPE_CHECKING:
@@ -246,6 +253,15 @@ class Run:
         when unknown (not served over HTTP, or a replay)."""
         config = self._learnt(model, self.options.models[model])
         return getattr(config, "server", "auto")
+
+    def supports(self, model: str, feature: str) -> bool:
+        """Whether the server behind ``model`` takes ``feature`` (``choice``, ``regex``,
+        ``busy``, ``batch``: see :meth:`populace.llm.ServerKind.supports`); False when its
+        kind is not known (``auto``, or a replay's kind no longer registered)."""
+        name = self.server(model)
+        if name not in server_kind_names():
+            return server_kind("auto").supports(feature)  # still rejects unknown features
+        return server_kind(name).supports(feature)
 
     async def create(self, cls: type[Agent], n: int | None = None, *, name: str | None = None,
                      profiles: Any = None, init: dict[str, Any] | None = None,

@@ -4,7 +4,9 @@
 ``running_server``/``serve`` run the fake OpenAI-compatible server behind ``populace serve-llm``.
 ``RecordingModel``/``ReplayModel`` record every call and answer a re-run from the recording
 (``read_agent_calls``: one agent's calls, through the recording's index);
-``preflight`` checks that configured servers answer before a run starts. ``ScriptedModel``
+``preflight`` checks that configured servers answer before a run starts, and learns their
+kind: a ``ServerKind`` says what each server can do (``server_kind(name).supports("choice")``;
+``register_server_kind`` adds one). ``ScriptedModel``
 answers by documented rules of the prompt, for offline runs with structure in the results;
 the rules live with their scenarios and join through the entry point group
 ``populace.scripted_rules`` (``scripted_rule`` orders them; ``text_of``, ``is_structured``,
@@ -47,6 +49,14 @@ from ._replies import extracted_number, is_structured, json_answer, text_of
 from ._sampling import SamplingConfig, audits
 from ._scripted import ScriptedModel, ScriptedParams, scripted_reply, scripted_rule
 from ._server import ServerOptions, create_app, run_batch, running_server, serve
+from ._servers import (
+    BusyProbe,
+    ServerKind,
+    register_server_kind,
+    server_kind,
+    server_kind_names,
+    unregister_server_kind,
+)
 from ._transport import AiohttpTransport, MockTransport, Response, Transport, TransportError
 from ._wrappers import Coalescing, Counted, ReplayThenLive, Retrying, Wrapper
 
@@ -55,6 +65,7 @@ __all__ = [
     "TRAFFIC",
     "AiohttpTransport",
     "BatchConfig",
+    "BusyProbe",
     "ChatMessage",
     "Coalescing",
     "Completion",
@@ -86,6 +97,7 @@ __all__ = [
     "ScriptedModel",
     "ScriptedParams",
     "Served",
+    "ServerKind",
     "ServerOptions",
     "Transport",
     "TransportError",
@@ -102,12 +114,16 @@ __all__ = [
     "model_stats",
     "preflight",
     "read_agent_calls",
+    "register_server_kind",
     "request_key",
     "run_batch",
     "running_server",
     "scripted_reply",
     "scripted_rule",
     "serve",
+    "server_kind",
+    "server_kind_names",
     "text_of",
     "traffic",
+    "unregister_server_kind",
 ]

@@ -20,6 +20,7 @@ from ._dummy import DummyModel
 from ._openai import OpenAIModel
 from ._sampling import SamplingConfig, sampling_field
 from ._scripted import ScriptedModel, ScriptedParams
+from ._servers import ServerName
 from ._wrappers import Counted
 
 
@@ -57,9 +58,6 @@ class BatchConfig(StrictModel):
     command: list[str] | None = Field(None, min_length=1, description="files mode: the "
                                       "command that turns {input} into {output} (default "
                                       "vLLM's run_batch with {model})")
-
-
-Server = Literal["auto", "openai", "vllm", "sglang", "llamacpp", "populace"]
 
 
 class OpenAIConfig(StrictModel):
@@ -111,10 +109,10 @@ class OpenAIConfig(StrictModel):
                            "moment as one request for n answers (the server prefills the "
                            "prompt once; changes which sample each agent gets, not their "
                            "distribution)")
-    server: Server = Field("auto", description="the kind of server, for its own spelling "
-                           "of structured decoding: openai, vllm, sglang, llamacpp or "
-                           "populace (serve-llm); auto: learnt by the preflight from the "
-                           "model list")
+    server: ServerName = Field("auto", description="the kind of server, for its own "
+                               "spelling of structured decoding: openai, vllm, sglang, "
+                               "llamacpp, populace (serve-llm) or a registered kind; auto: "
+                               "learnt by the preflight from the model list")
     slots: int | None = Field(None, ge=1, le=1_000_000, description="requests each server "
                               "computes at once (vLLM's max_num_seqs, llama.cpp's --parallel): "
                               "the workers' limits together stay within it; learnt from "

@@ -29,14 +29,11 @@ from populace.core import ModelBadResponse, ModelHTTPError, ModelTimeout
 from ._base import Completion, ModelClient, Request
 from ._pool import EndpointPool, EndpointStats, Lease
 from ._replies import text_of
-from ._spelling import constrain
+from ._servers import server_kind
 from ._transport import AiohttpTransport, Response, Transport, TransportError
 from ._wrappers import Coalescing, Counted, Retrying, Wrapper
 
 log = logging.getLogger("populace.llm.openai")
-
-#: Servers that show whether they are computing (see OpenAIChat._computing).
-_PROBED = frozenset({"llamacpp", "vllm", "populace"})
 
 # Statuses worth another try: the server is busy, restarting, or briefly unwell.
 _RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
@@ -213,7 +210,9 @@ class OpenAIChat(ModelClient):
                  timeout: float | None = None) -> None:
         self.name = name
         self.model = model
-        self.server = server  # whose spelling of structured decoding (see _spelling)
+        self.server = server
+        #: What the server can do: its spelling of structured decoding, its busy probe.
+        self.kind = server_kind(server)
         self.temperature = temperature
         self.top_p = top_p
         self.max_tokens = max_tokens
@@ -253,8 +252,8 @@ class OpenAIChat(ModelClient):
         if seed is not None:
             body["seed"] = seed
         if response_format is not None:
-            constrain(body, response_format, self.server)
-        if self.server == "openai":  # OpenAI routes equal keys to the same cache
+            self.kind.constrain(body, response_format)
+        if self.kind.prompt_cache_key:  # OpenAI routes equal keys to the same cache
             body["prompt_cache_key"] = f"{affinity_key(messages):08x}"
         return body
 
@@ -279,7 +278,7 @@ class OpenAIChat(ModelClient):
         # timeouts need asyncio.current_task().
         index = lease.index
         soft = self._timeouts[index]
-        probe = self.server in _PROBED and self._base_timeout is not None
+        probe = self.kind.busy is not None and self._base_timeout is not None
         # A server that shows what it computes is given up to 8 timeouts while it does
         # (see _await); the transport enforces only that outer bound.
         hard = 8 * self._base_timeout if probe and self._base_timeout else soft
@@ -355,31 +354,20 @@ class OpenAIChat(ModelClient):
 
     async def _computing(self, index: int) -> tuple[bool, bool]:
         """Whether the server behind endpoint ``index`` is computing requests now, and
-        whether requests wait in its queue, as it shows them: llama.cpp's ``/slots``,
-        vLLM's ``/metrics``, serve-llm's ``/stats``."""
+        whether requests wait in its queue, as its kind's :class:`~populace.llm.BusyProbe`
+        reads them (llama.cpp's ``/slots``, vLLM's ``/metrics``, serve-llm's ``/stats``)."""
+        busy = self.kind.busy
+        assert busy is not None  # only servers with a probe are waited for
         root = self.pool.urls[index].removesuffix("/v1")
-        path = {"llamacpp": "/slots", "vllm": "/metrics", "populace": "/stats"}[self.server]
         try:  # in a Task of its own, as the request: agents are driven without one
             answer = await asyncio.create_task(
-                self.transport.get(root + path, self.headers, timeout=5.0))
+                self.transport.get(root + busy.path, self.headers, timeout=5.0))
         except TransportError:
             return False, False
         if answer.status != 200:
             return False, False
         try:
-            if self.server == "vllm":
-                gauges: dict[str, float] = {}
-                for line in answer.content.decode().splitlines():
-                    name = line.split("{", 1)[0].split(" ", 1)[0]
-                    if name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
-                        gauges[name] = gauges.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
-                return (gauges.get("vllm:num_requests_running", 0.0) > 0,
-                        gauges.get("vllm:num_requests_waiting", 0.0) > 0)
-            data = json.loads(answer.content)
-            if self.server == "llamacpp":
-                return any(slot.get("is_processing") for slot in data), False
-            engine = data.get("engine") or {}
-            return bool(data.get("computing")), bool(engine.get("waiting"))
+            return busy.read(answer.content)
         except (ValueError, TypeError, AttributeError, IndexError):
             return False, False
 

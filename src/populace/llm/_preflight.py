@@ -20,21 +20,18 @@ import aiohttp
 from populace.core import ConfigError
 
 from ._config import ModelConfig, OpenAIConfig
+from ._servers import owner_kind
 
 _SHOWN_MODELS = 8  # served model ids listed in a "does not serve" message
 
 _Check = tuple[str, OpenAIConfig, str, str | None]  # model key, its config, a URL, the API key
 
 
-#: What a model list's ``owned_by`` says about the server behind it.
-_OWNERS = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llamacpp", "populace": "populace",
-           "openai": "openai", "system": "openai", "openai-internal": "openai"}
-
-
 @dataclass(frozen=True, slots=True)
 class Served:
     """What the preflight learnt of a model's servers: which kind of server it is (for its
-    own spelling of structured decoding; ``openai`` when it does not say) and how many
+    own spelling of structured decoding, by its ``owned_by``: see
+    :class:`~populace.llm.ServerKind`; ``openai`` when it does not say) and how many
     requests each computes at once, where it declares it (llama.cpp's ``/props``)."""
 
     server: str
@@ -95,18 +92,20 @@ async def _list_models(session: aiohttp.ClientSession, base_url: str,
     owners = {m["id"]: m.get("owned_by") for m in data
               if isinstance(m["id"], str) and isinstance(m.get("owned_by"), str)}
     listing = _Listing([i for i in ids if isinstance(i, str)], owners=owners)
-    if any(_OWNERS.get(o) in ("llamacpp", "populace") for o in owners.values()):
-        listing.slots = await _slots(session, base_url, headers)
+    path = next((k.slots_path for o in owners.values()
+                 if (k := owner_kind(o)) is not None and k.slots_path), None)
+    if path is not None:
+        listing.slots = await _slots(session, base_url, headers, path)
     return listing
 
 
 async def _slots(session: aiohttp.ClientSession, base_url: str,
-                 headers: dict[str, str]) -> int | None:
-    """``total_slots`` of llama.cpp's ``GET /props`` (at the server's root, beside
-    ``/v1``); None when it does not answer with one."""
+                 headers: dict[str, str], path: str) -> int | None:
+    """``total_slots`` of ``GET {path}`` (llama.cpp's ``/props``, at the server's root,
+    beside ``/v1``); None when it does not answer with one."""
     root = base_url.removesuffix("/v1")
     try:
-        async with session.get(f"{root}/props", headers=headers) as resp:
+        async with session.get(f"{root}{path}", headers=headers) as resp:
             if resp.status != 200:
                 return None
             slots = json.loads(await resp.read()).get("total_slots")
@@ -121,7 +120,8 @@ def _served(config: OpenAIConfig, listings: list[_Listing]) -> Served:
     owner = next((lst.owners.get(config.model) for lst in listings
                   if lst.owners.get(config.model)), None)
     slots = [lst.slots for lst in listings if lst.slots is not None]
-    return Served(_OWNERS.get(owner or "", "openai"), min(slots) if slots else None)
+    kind = owner_kind(owner)
+    return Served(kind.name if kind is not None else "openai", min(slots) if slots else None)
 
 
 def _serves(ids: list[str], model: str) -> bool:

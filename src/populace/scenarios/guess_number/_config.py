@@ -32,7 +32,7 @@ from populace.core import backend_kind, derive_seed
 from populace.llm import DummyConfig, Layout, ModelConfig
 from populace.population import PopulationConfig
 
-from ._prompts import CHOICE_SERVERS, RULES, number_constraint
+from ._prompts import RULES, number_constraint
 from ._rules import parse_ratio
 
 #: The largest magnitude of ``low``, ``high``, ``offset`` and the target: beyond it answers
@@ -328,16 +328,16 @@ class RunConfig(StrictModel):
         """The single model in use (the first one when models are mixed)."""
         return self.model or next(iter(self.assign or self.models))
 
-    def protocol_for(self, model: str, server: str = "auto") -> str:
+    def protocol_for(self, model: str, choice: bool = False) -> str:
         """The protocol participants on ``model`` use, resolving ``auto``: direct for the
-        dummy model; at P1 on a server that holds an answer to a list of choices (``server``:
-        vLLM, SGLang, llama.cpp, serve-llm; the range's integers), constrained: one call of
-        a few tokens; otherwise the paper's two calls."""
+        dummy model; at P1 on a server that holds an answer to a list of choices (``choice``:
+        ``run.supports(model, "choice")``: vLLM, SGLang, llama.cpp, serve-llm; the range's
+        integers), constrained: one call of a few tokens; otherwise the paper's two calls."""
         if self.game.protocol != "auto":
             return self.game.protocol
         if self.models[model].provider == "dummy":
             return "direct"
-        if self.game.level == "P1" and server in CHOICE_SERVERS and \
+        if self.game.level == "P1" and choice and \
                 number_constraint(self.game.low, self.game.high)["type"] == "choice":
             return "constrained"
         return "two_call"

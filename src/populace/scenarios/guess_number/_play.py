@@ -259,7 +259,8 @@ class GuessNumber(Scenario):
         self.models = pa.array(assigned, type=pa.string())
         self.in_use = in_use = list(dict.fromkeys(assigned.tolist()))
         attributes = config.agent_fields()
-        protocols = {name: config.protocol_for(name, run.server(name)) for name in in_use}
+        protocols = {name: config.protocol_for(name, run.supports(name, "choice"))
+                     for name in in_use}
         rules = Rules(config.seed, game.low, game.high, game.temperature, game.max_tokens,
                       protocols, game.memory_rounds, attributes, game.layout, game.extract)
         profiles = pa.table({"agent_id": ids, "group": self.groups, "model": self.models})

@@ -44,13 +44,9 @@ CONSTRAINED_FORMAT = " Reply with your number only."
 CONSTRAINED_MAX_TOKENS = 8
 
 
-#: Servers that hold an answer to a list of choices (see ``populace.llm._spelling``).
-CHOICE_SERVERS = frozenset({"vllm", "sglang", "llamacpp", "populace"})
-
-
 def number_constraint(low: float, high: float) -> dict[str, Any]:
     """The ``response_format`` holding an answer to a number (see
-    ``populace.llm._spelling``): one of the integers of a range of at most 1,001 of them,
+    ``populace.llm.ServerKind``): one of the integers of a range of at most 1,001 of them,
     else a decimal number.
 
     >>> number_constraint(0, 3)
