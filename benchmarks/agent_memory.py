@@ -15,7 +15,7 @@ import asyncio
 import os
 
 from populace.core import Msg, Simulation
-from populace.llm import DummyModel
+from populace.llm.offline import DummyModel
 from populace.scenarios.guess_number import Participant, Rules
 
 

@@ -2,9 +2,9 @@
 
     python benchmarks/dummy_call.py [REV]   # default 57cdf37, before the Request record
 
-The revision's ``llm/_dummy.py`` is loaded from git next to this tree's ``populace.llm`` (its
-helpers are the same), so both run in one process, interleaved, five times; the best of each
-is printed.
+The revision's ``llm/offline/_dummy.py`` (``llm/_dummy.py`` before the offline package) is
+loaded from git next to this tree's ``populace.llm`` (its helpers are the same), so both run
+in one process, interleaved, five times; the best of each is printed.
 """
 
 from __future__ import annotations
@@ -17,15 +17,20 @@ import tempfile
 import time
 from pathlib import Path
 
-from populace.llm import DummyModel
+from populace.llm.offline import DummyModel
 
 N = 300_000
 
 
 def old_dummy(rev: str) -> type:
-    source = subprocess.run(["git", "show", f"{rev}:src/populace/llm/_dummy.py"], check=True,
-                            capture_output=True, text=True).stdout
-    source = source.replace("from ._", "from populace.llm._")
+    shown = subprocess.run(["git", "show", f"{rev}:src/populace/llm/offline/_dummy.py"],
+                           capture_output=True, text=True)
+    if shown.returncode != 0:  # a revision from before populace.llm.offline
+        shown = subprocess.run(["git", "show", f"{rev}:src/populace/llm/_dummy.py"],
+                               check=True, capture_output=True, text=True)
+        shown.stdout = shown.stdout.replace("from ._base", "from .._base")
+    source = shown.stdout.replace("from .._", "from populace.llm._")
+    source = source.replace("from ._", "from populace.llm.offline._")
     path = Path(tempfile.mkdtemp()) / "old_dummy.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("old_dummy", path)

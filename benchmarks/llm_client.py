@@ -140,7 +140,7 @@ async def _raw_aiohttp(url: str, n: int, concurrency: int) -> Result:
 
 def _serve() -> None:
     """Subprocess mode: serve with zero latency, print the base URL, stop when stdin closes."""
-    from populace.llm import ServerOptions, running_server
+    from populace.llm.offline import ServerOptions, running_server
 
     async def main() -> None:
         async with running_server(ServerOptions(latency=0.0)) as url:

@@ -18,7 +18,7 @@ import os
 
 from populace.agents import Persona, PersonaOptions
 from populace.core import Msg, Simulation
-from populace.llm import DummyModel
+from populace.llm.offline import DummyModel
 
 
 def rss() -> int:

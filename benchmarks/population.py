@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from populace.llm import DummyModel
+from populace.llm.offline import DummyModel
 from populace.population import (
     TEMPLATES,
     PopulationConfig,

@@ -55,6 +55,12 @@ API: dict[str, set[str]] = {
         # what each server can do: the registry (issue 30)
         "ServerKind", "BusyProbe", "register_server_kind", "unregister_server_kind",
         "server_kind", "server_kind_names"},
+    # the offline machinery (issue 30); populace.llm re-exports these names, as documented
+    # there before
+    "populace.llm.offline": {
+        "DummyModel", "EngineParams", "ScriptedModel", "ScriptedParams", "ServerOptions",
+        "create_app", "extracted_number", "is_structured", "json_answer", "run_batch",
+        "running_server", "scripted_reply", "scripted_rule", "serve"},
     "populace.population": {
         "AspectConfig", "BackgroundConfig", "BackgroundResult", "DEFAULT_META_PROMPT",
         "DEFAULT_SYSTEM_PROMPT", "GroupsConfig", "PopulationConfig", "TEMPLATES",

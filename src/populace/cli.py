@@ -524,7 +524,7 @@ def serve_llm(
 ) -> None:
     """Serve an OpenAI-compatible test LLM (/v1/models, /v1/chat/completions, /v1/completions,
     /v1/files and /v1/batches)."""
-    from populace.llm import ServerOptions, serve
+    from populace.llm.offline import ServerOptions, serve
 
     _seconds("--latency", latency, MAX_LATENCY_S)
     if latency_max is not None:
@@ -547,7 +547,7 @@ def serve_llm(
     try:
         engine_params = None
         if engine:
-            from populace.llm import EngineParams
+            from populace.llm.offline import EngineParams
 
             engine_params = EngineParams.for_gpu(gpu or "a100", **given)
         options = ServerOptions(
@@ -605,8 +605,8 @@ def run_batch(
                          ] = 0.0,
 ) -> None:
     """Answer a batch file offline like vLLM's run_batch, with serve-llm's answers (no GPU)."""
-    from populace.llm import ServerOptions
-    from populace.llm import run_batch as answer_batch
+    from populace.llm.offline import ServerOptions
+    from populace.llm.offline import run_batch as answer_batch
 
     _seconds("--latency", latency, MAX_TIMEOUT_S)
     try:

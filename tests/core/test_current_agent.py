@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from populace.core import Agent, AgentHandle, PerWorker, Signal, Simulation, current_agent
-from populace.llm import DummyModel, RecordingModel, read_agent_calls
+from populace.llm import RecordingModel, read_agent_calls
+from populace.llm.offline import DummyModel
 
 AGENTS = 200
 CALLS = 3  # per agent: directly, from a Task of its own, after awaiting another agent

@@ -13,7 +13,7 @@ import yaml
 from cli_helpers import run_in_process
 from populace.core import ConfigError
 from populace.launch import estimate, launch, load_run_file
-from populace.llm import ServerOptions, running_server
+from populace.llm.offline import ServerOptions, running_server
 from populace.results import RunDirectory
 
 EDUCATION = Path(__file__).resolve().parents[2] / "examples" / "paper" / "education.yaml"

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from populace.launch import launch, load_run_file
-from populace.llm import ServerOptions, running_server
+from populace.llm.offline import ServerOptions, running_server
 from populace.results import RunDirectory, read_summary, read_table
 
 SCENARIO = '''

@@ -24,7 +24,8 @@ import pytest
 
 from cli_helpers import run_in_process
 from populace.core import ModelError, ModelHTTPError
-from populace.llm import OpenAIConfig, ServerOptions, build_model, running_server
+from populace.llm import OpenAIConfig, build_model
+from populace.llm.offline import ServerOptions, running_server
 from populace.results import RunDirectory, read_summary, read_table
 from populace.scenarios.guess_number import RunConfig, play
 

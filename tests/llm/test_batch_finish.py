@@ -30,7 +30,8 @@ import pytest
 
 from cli_helpers import environment, populace
 from populace.core import ModelBadResponse
-from populace.llm import OpenAIConfig, ServerOptions, build_model, running_server
+from populace.llm import OpenAIConfig, build_model
+from populace.llm.offline import ServerOptions, running_server
 from populace.results import read_summary, read_table
 
 GAME = {"level": "P2", "protocol": "two_call", "feedback": True}
@@ -356,7 +357,7 @@ async def test_a_server_that_cannot_list_batches_gets_an_orphan_intent_sent(
     be found: its requests are sent, with a warning, rather than fail every resume."""
     from aiohttp import web
 
-    from populace.llm import create_app
+    from populace.llm.offline import create_app
 
     work = tmp_path / "llm_batches"
     messages = [[{"role": "user", "content": f"Pick a number (player {i})"}] for i in range(2)]
@@ -400,7 +401,7 @@ async def test_a_resumed_request_is_read_from_its_newest_batch_only(tmp_path: Pa
     """Request A failed 500 in batch X (beside B, answered) and was answered in batch Y: a
     resumed run asking A and B reads A from Y and B from X, and sends nothing (X's 500
     line for A must not count)."""
-    from populace.llm._server import _fate
+    from populace.llm.offline._server import _fate
 
     opts = options(rate_500=0.5, seed=8)
     assert [_fate(opts, i) for i in range(3)] == ["500", "ok", "ok"]  # X: A 500, B; Y: A

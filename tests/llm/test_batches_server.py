@@ -14,7 +14,6 @@ import openai
 import pytest
 
 from cli_helpers import run_in_process
-from populace.llm import ServerOptions, running_server
 from populace.llm._batchfile import (
     BatchResult,
     parse_input,
@@ -23,6 +22,7 @@ from populace.llm._batchfile import (
     read_output,
     write_input,
 )
+from populace.llm.offline import ServerOptions, running_server
 
 FINAL = ("completed", "failed", "cancelled", "expired")
 GAME = 'Pick a number from 0 to 100 and end with "The answer is N".'

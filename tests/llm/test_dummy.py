@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from populace.core import mix64
-from populace.llm import DummyConfig, DummyModel, build_model
+from populace.llm import DummyConfig, build_model
+from populace.llm.offline import DummyModel
 
 
 async def test_jitter_spreads_the_waits_without_changing_the_answers() -> None:

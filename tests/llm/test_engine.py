@@ -12,8 +12,8 @@ import aiohttp
 import pytest
 
 from cli_helpers import run_in_process
-from populace.llm import ServerOptions, running_server
-from populace.llm._engine import (
+from populace.llm.offline import ServerOptions, running_server
+from populace.llm.offline._engine import (
     Engine,
     EngineParams,
     EngineResult,

@@ -13,14 +13,8 @@ import aiohttp
 import pytest
 
 from populace.core import ModelError
-from populace.llm import (
-    DummyModel,
-    OpenAIModel,
-    ScriptedModel,
-    ServerOptions,
-    running_server,
-    traffic,
-)
+from populace.llm import OpenAIModel, traffic
+from populace.llm.offline import DummyModel, ScriptedModel, ServerOptions, running_server
 
 
 def chat(text: str) -> list[dict[str, str]]:

@@ -14,7 +14,6 @@ import pytest
 from populace.core import ModelError
 from populace.llm import (
     DummyConfig,
-    DummyModel,
     ModelSet,
     ModelStats,
     OpenAIConfig,
@@ -22,10 +21,8 @@ from populace.llm import (
     RecordingModel,
     ReplayModel,
     ScriptedConfig,
-    ScriptedModel,
-    ServerOptions,
-    running_server,
 )
+from populace.llm.offline import DummyModel, ScriptedModel, ServerOptions, running_server
 
 ASK = [{"role": "user", "content": "Pick a number between 0 and 100."}]
 OTHER = [{"role": "user", "content": "Pick another number."}]

@@ -12,7 +12,8 @@ import pytest
 from aiohttp import web
 
 from populace.core import Agent, ModelError, Msg, PerWorker, Simulation, mix64
-from populace.llm import ModelClient, OpenAIModel, ServerOptions, running_server
+from populace.llm import ModelClient, OpenAIModel
+from populace.llm.offline import ServerOptions, running_server
 
 USER = [{"role": "user", "content": "Pick a number between 0 and 100."}]
 

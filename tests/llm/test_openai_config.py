@@ -6,14 +6,8 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from populace.core import ConfigError
-from populace.llm import (
-    DummyConfig,
-    DummyModel,
-    ModelConfig,
-    OpenAIConfig,
-    OpenAIModel,
-    build_model,
-)
+from populace.llm import DummyConfig, ModelConfig, OpenAIConfig, OpenAIModel, build_model
+from populace.llm.offline import DummyModel
 
 
 class Run(BaseModel):

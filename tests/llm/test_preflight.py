@@ -11,14 +11,8 @@ import pytest
 from aiohttp import web
 
 from populace.core import ConfigError
-from populace.llm import (
-    DummyConfig,
-    OpenAIConfig,
-    Served,
-    ServerOptions,
-    preflight,
-    running_server,
-)
+from populace.llm import DummyConfig, OpenAIConfig, Served, preflight
+from populace.llm.offline import ServerOptions, running_server
 
 
 def openai(urls: str | list[str], model: str = "dummy", **kw: Any) -> OpenAIConfig:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from populace.core import mix64
-from populace.llm import ServerOptions
-from populace.llm._engine import text_tokens
-from populace.llm._replies import find_number
-from populace.llm._server import _answer
+from populace.llm.offline import ServerOptions
+from populace.llm.offline._engine import text_tokens
+from populace.llm.offline._replies import find_number
+from populace.llm.offline._server import _answer
 
 STEP_BY_STEP = [{"role": "user", "content": "Pick a number from 0 to 100, two thirds of the "
                  "average wins. Think the problem through step by step first, then give "

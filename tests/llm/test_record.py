@@ -15,17 +15,8 @@ import aiohttp
 import pytest
 
 from populace.core import ConfigError, ModelError
-from populace.llm import (
-    DummyModel,
-    ModelClient,
-    OpenAIModel,
-    RecordingModel,
-    ReplayModel,
-    Request,
-    ServerOptions,
-    request_key,
-    running_server,
-)
+from populace.llm import ModelClient, OpenAIModel, RecordingModel, ReplayModel, Request, request_key
+from populace.llm.offline import DummyModel, ServerOptions, running_server
 
 USER = [{"role": "user", "content": "Pick a number between 0 and 100."}]
 
@@ -143,7 +134,8 @@ async def test_lines_reach_the_file_while_the_run_goes_on(tmp_path: Path) -> Non
 def test_buffered_lines_are_written_at_exit_without_aclose(tmp_path: Path) -> None:
     script = (
         "import asyncio, sys\n"
-        "from populace.llm import DummyModel, RecordingModel\n"
+        "from populace.llm import RecordingModel\n"
+        "from populace.llm.offline import DummyModel\n"
         "m = RecordingModel(DummyModel('d', latency=0), sys.argv[1], flush_interval=60)\n"
         "asyncio.run(m.complete([{'role': 'user', 'content': 'hi'}], seed=1))\n"
     )

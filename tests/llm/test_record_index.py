@@ -15,15 +15,9 @@ import numpy as np
 
 from populace.core import ModelError
 from populace.core._driver import _in_task
-from populace.llm import (
-    DummyModel,
-    ModelClient,
-    RecordingModel,
-    ReplayModel,
-    Request,
-    read_agent_calls,
-)
+from populace.llm import ModelClient, RecordingModel, ReplayModel, Request, read_agent_calls
 from populace.llm._record import _INDEX
+from populace.llm.offline import DummyModel
 
 
 @contextmanager

@@ -12,12 +12,11 @@ import pytest
 
 from populace.config import validate
 from populace.core import ConfigError
-from populace.llm import (
-    ScriptedConfig,
+from populace.llm import ScriptedConfig, build_model
+from populace.llm.offline import (
     ScriptedModel,
     ScriptedParams,
     ServerOptions,
-    build_model,
     running_server,
     scripted_reply,
 )

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from populace.core import mix64
-from populace.llm import DummyModel, ServerOptions, create_app, running_server, serve
+from populace.llm.offline import DummyModel, ServerOptions, create_app, running_server, serve
 
 USER = [{"role": "user", "content": "Pick a number between 0 and 100."}]
 

@@ -19,7 +19,6 @@ from populace.core import (
 from populace.llm import (
     Completion,
     Counted,
-    DummyModel,
     MockTransport,
     ModelClient,
     OpenAIModel,
@@ -29,6 +28,7 @@ from populace.llm import (
     Retrying,
     TransportError,
 )
+from populace.llm.offline import DummyModel
 
 ASK = Request([{"role": "user", "content": "Pick a number"}], seed=3)
 

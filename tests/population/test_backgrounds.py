@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from populace.core import ConfigError, ModelError, mix64
-from populace.llm import ChatMessage, Completion, DummyModel, ModelStats
+from populace.llm import ChatMessage, Completion, ModelStats
+from populace.llm.offline import DummyModel
 from populace.population import (
     BackgroundConfig,
     PopulationConfig,

@@ -144,7 +144,7 @@ def _unblock(fifo: Path) -> None:
 @pytest.fixture
 def llm_server() -> Iterator[Any]:
     """``llm_server(policy=..., ...)`` serves a test LLM in a thread; returns its base URL."""
-    from populace.llm import ServerOptions, running_server
+    from populace.llm.offline import ServerOptions, running_server
 
     stops: list[tuple[asyncio.AbstractEventLoop, asyncio.Event, threading.Thread]] = []
 

@@ -353,7 +353,7 @@ def test_run_batch_names_its_files_as_given(tmp_path: Path, capsys: Cap,
 def test_a_batch_output_that_cannot_be_written_names_the_file(tmp_path: Path) -> None:
     import asyncio
 
-    from populace.llm import ServerOptions, run_batch
+    from populace.llm.offline import ServerOptions, run_batch
 
     good = tmp_path / "in.jsonl"
     good.write_text('{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", '
@@ -403,7 +403,7 @@ def test_a_studio_stopped_by_a_signal_exits_as_populace_run_does(
 async def test_a_pilot_follows_a_population_size_given_for_the_full_run(
         tmp_path: Path, monkeypatch: Patch) -> None:
     from populace.launch import estimate
-    from populace.llm import ServerOptions, running_server
+    from populace.llm.offline import ServerOptions, running_server
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "questionnaire.yaml").write_text(QUESTIONNAIRE)

@@ -9,7 +9,7 @@ import pytest
 
 from populace.core import ModelError
 from populace.launch import AllAnswersFailed
-from populace.llm import ServerOptions, running_server
+from populace.llm.offline import ServerOptions, running_server
 from populace.results import RunDirectory, read_summary, read_table
 from populace.scenarios.guess_number import RunConfig, play
 

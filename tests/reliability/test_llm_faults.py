@@ -19,7 +19,7 @@ import aiohttp
 import pyarrow.compute as pc
 import pytest
 
-from populace.llm import ServerOptions, running_server
+from populace.llm.offline import ServerOptions, running_server
 from populace.results import RunDirectory, read_summary, read_table
 from populace.scenarios.guess_number import RunConfig, play
 

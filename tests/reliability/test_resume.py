@@ -15,7 +15,7 @@ import yaml
 
 from cli_helpers import run_in_process
 from populace.launch import AllAnswersFailed
-from populace.llm import ServerOptions, running_server
+from populace.llm.offline import ServerOptions, running_server
 from populace.results import RunDirectory, read_summary, read_table
 from populace.scenarios.guess_number import RunConfig, play
 

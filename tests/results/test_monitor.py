@@ -19,7 +19,8 @@ import pytest
 from populace.config import validate
 from populace.core import ModelError, SimulationStats, WorkerStats
 from populace.launch import launch, load_run_file
-from populace.llm import EndpointStats, ModelStats, OpenAIModel, ServerOptions, running_server
+from populace.llm import EndpointStats, ModelStats, OpenAIModel
+from populace.llm.offline import ServerOptions, running_server
 from populace.results import RunDirectory, RunMonitor, read_summary, read_table, run_snapshot
 from populace.results._monitor import (
     AUTO_BINS,

@@ -23,7 +23,8 @@ import pytest
 from aiohttp import web
 
 from populace.core import derive_seed, mix64, seed_for
-from populace.llm import ServerOptions, create_app, running_server, server_kind
+from populace.llm import server_kind
+from populace.llm.offline import ServerOptions, create_app, running_server
 from populace.results import RunDirectory, read_summary, read_table
 from populace.scenarios.guess_number import RunConfig, play
 from populace.scenarios.guess_number._prompts import RESPONSE_SCHEMA as JSON_SCHEMA

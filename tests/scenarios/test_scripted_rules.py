@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-import populace.llm._scripted as registry
+import populace.llm.offline._scripted as registry
 from populace.agents._scripted import persona_reply
-from populace.llm import ScriptedParams, scripted_reply, scripted_rule
+from populace.llm.offline import ScriptedParams, scripted_reply, scripted_rule
 from populace.population._scripted import background_reply
 from populace.scenarios.guess_number._scripted import extraction_reply, game_reply
 from populace.scenarios.social._scripted import ASK_START, social_reply

@@ -29,7 +29,7 @@ import yaml
 from cli_helpers import environment, populace, run_in_process
 from populace.core import derive_seed
 from populace.launch import launch, load_run_file
-from populace.llm import ServerOptions, running_server
+from populace.llm.offline import ServerOptions, running_server
 from populace.results import RunDirectory, RunMonitor, read_summary, read_table, run_snapshot
 from populace.scenarios.social import Graph
 

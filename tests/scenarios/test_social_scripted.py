@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from populace.llm import ScriptedModel, ServerOptions, running_server, scripted_reply
+from populace.llm.offline import ScriptedModel, ServerOptions, running_server, scripted_reply
 from populace.scenarios.social._policy import (
     ACTIONS,
     ASK,

@@ -27,7 +27,8 @@ import yaml
 from cli_helpers import environment, populace, run_in_process
 from populace.core import ModelError, derive_seed, seed_for
 from populace.launch import launch, load_run_file
-from populace.llm import Completion, ModelStats, ScriptedParams, ServerOptions, running_server
+from populace.llm import Completion, ModelStats
+from populace.llm.offline import ScriptedParams, ServerOptions, running_server
 from populace.population import EDUCATION_STEPS
 from populace.results import RunDirectory, read_summary, read_table
 from populace.scenarios.survey import (

@@ -16,7 +16,7 @@ import pytest
 from scipy.stats import chisquare
 
 from populace.core import derive_seed
-from populace.llm import DummyModel
+from populace.llm.offline import DummyModel
 from populace.scenarios.survey import Plan, Questionnaire, Respondent
 from populace.scenarios.survey._scenario import ROW_DTYPE
 

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from populace.llm import ScriptedParams, ServerOptions, running_server, scripted_reply
+from populace.llm.offline import ScriptedParams, ServerOptions, running_server, scripted_reply
 from populace.scenarios.survey._scripted import REASONS, affinity, survey_reply
 
 Messages = list[dict[str, Any]]

@@ -46,7 +46,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from populace.core import derive_seed, unit_float
-from populace.llm import scripted_rule
+from populace.llm.offline import scripted_rule
 
 from ._agent import INTERVIEWER
 from ._answers import UNREADABLE, Choice, Number

@@ -1,7 +1,10 @@
-"""Language models: one ``complete`` interface, providers, and the dummy model.
+"""Language models: one ``complete`` interface, providers, wrappers, pool and recording.
 
-``OpenAIModel`` talks to OpenAI-compatible servers through an ``EndpointPool``;
-``running_server``/``serve`` run the fake OpenAI-compatible server behind ``populace serve-llm``.
+``OpenAIModel`` talks to OpenAI-compatible servers through an ``EndpointPool``.
+The offline machinery (the dummy and scripted models, the fake server behind
+``populace serve-llm``, its engine model) is :mod:`populace.llm.offline`; its names are
+re-exported here, where they were documented before (``DummyModel``, ``ScriptedModel``,
+``running_server``, ``serve``, ...): new code imports them from ``populace.llm.offline``.
 ``RecordingModel``/``ReplayModel`` record every call and answer a re-run from the recording
 (``read_agent_calls``: one agent's calls, through the recording's index);
 ``preflight`` checks that configured servers answer before a run starts, and learns their
@@ -25,6 +28,7 @@ from ._base import (
     Request,
     limits,
     model_stats,
+    text_of,
     traffic,
 )
 from ._config import (
@@ -37,18 +41,13 @@ from ._config import (
     build_model,
     load_factory,
 )
-from ._dummy import DummyModel
-from ._engine import EngineParams
 from ._modelset import ModelSet
 from ._openai import OpenAIChat, OpenAIModel
 from ._pool import EndpointPool, EndpointStats, Lease
 from ._preflight import Served, preflight
 from ._prompt import LAYOUTS, Layout, conversation
 from ._record import RecordingModel, ReplayModel, read_agent_calls, request_key
-from ._replies import extracted_number, is_structured, json_answer, text_of
 from ._sampling import SamplingConfig, audits
-from ._scripted import ScriptedModel, ScriptedParams, scripted_reply, scripted_rule
-from ._server import ServerOptions, create_app, run_batch, running_server, serve
 from ._servers import (
     BusyProbe,
     ServerKind,
@@ -59,6 +58,22 @@ from ._servers import (
 )
 from ._transport import AiohttpTransport, MockTransport, Response, Transport, TransportError
 from ._wrappers import Coalescing, Counted, ReplayThenLive, Retrying, Wrapper
+from .offline import (
+    DummyModel,
+    EngineParams,
+    ScriptedModel,
+    ScriptedParams,
+    ServerOptions,
+    create_app,
+    extracted_number,
+    is_structured,
+    json_answer,
+    run_batch,
+    running_server,
+    scripted_reply,
+    scripted_rule,
+    serve,
+)
 
 __all__ = [
     "LAYOUTS",

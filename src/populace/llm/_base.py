@@ -11,6 +11,20 @@ from ._pool import EndpointStats
 ChatMessage = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": "..."}
 
 
+def text_of(content: Any) -> str:
+    """Message content as text; multi-part content keeps its text parts.
+
+    >>> text_of([{"type": "text", "text": "Hello"}, {"type": "image_url"}])
+    'Hello'
+    """
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(p.get("text", "") for p in content
+                        if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return "" if content is None else str(content)
+
+
 @dataclass(slots=True)
 class Completion:
     """The text a model produced for one request, with its accounting.

@@ -16,12 +16,11 @@ from populace._strict import MAX_LATENCY_S, MAX_TIMEOUT_S, StrictModel, fail_at
 from populace.core import ConfigError
 
 from ._base import ModelClient
-from ._dummy import DummyModel
 from ._openai import OpenAIModel
 from ._sampling import SamplingConfig, sampling_field
-from ._scripted import ScriptedModel, ScriptedParams
 from ._servers import ServerName
 from ._wrappers import Counted
+from .offline import DummyModel, ScriptedModel, ScriptedParams
 
 
 class DummyConfig(StrictModel):

@@ -26,9 +26,8 @@ from typing import Any
 
 from populace.core import ModelBadResponse, ModelHTTPError, ModelTimeout
 
-from ._base import Completion, ModelClient, Request
+from ._base import Completion, ModelClient, Request, text_of
 from ._pool import EndpointPool, EndpointStats, Lease
-from ._replies import text_of
 from ._servers import server_kind
 from ._transport import AiohttpTransport, Response, Transport, TransportError
 from ._wrappers import Coalescing, Counted, Retrying, Wrapper

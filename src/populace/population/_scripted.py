@@ -26,7 +26,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from populace.core import derive_seed, mix64
-from populace.llm import scripted_rule, text_of
+from populace.llm import text_of
+from populace.llm.offline import scripted_rule
 
 #: Persona steps, in the order they are looked for (first match wins within a table).
 EDUCATION_STEPS: tuple[tuple[str, float], ...] = (

@@ -65,13 +65,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from populace.core import derive_seed, unit_float
-from populace.llm import (
+from populace.llm import text_of
+from populace.llm.offline import (
     ScriptedParams,
     extracted_number,
     is_structured,
     json_answer,
     scripted_rule,
-    text_of,
 )
 from populace.population import persona_steps
 

@@ -1,6 +1,6 @@
 """The scripted model's social rule: what an agent does with its feed, by a fixed rule.
 
-:func:`~populace.llm.scripted_reply` (and ``populace serve-llm --policy scripted``) hands
+:func:`~populace.llm.offline.scripted_reply` (and ``populace serve-llm --policy scripted``) hands
 the feed prompt of a social-network run to :func:`social_reply` (entry point ``social`` of
 group ``populace.scripted_rules``, priority 200: after the persona agents' rule, before the
 survey's and the game's), so a ``social`` run with a model policy works offline and still
@@ -41,7 +41,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from populace.core import derive_seed, mix64, unit_float
-from populace.llm import scripted_rule, text_of
+from populace.llm import text_of
+from populace.llm.offline import scripted_rule
 
 #: The first sentence of the social scenario's request; a feed prompt must contain it.
 ASK_START = ("Choose one thing to do now: write a post of your own, repost an item, like an "

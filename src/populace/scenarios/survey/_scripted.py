@@ -1,6 +1,6 @@
 """The scripted model's survey rule: questionnaire answers by a fixed, documented rule.
 
-:func:`~populace.llm.scripted_reply` (and ``populace serve-llm --policy scripted``) hands
+:func:`~populace.llm.offline.scripted_reply` (and ``populace serve-llm --policy scripted``) hands
 survey questions, re-asks and coding requests to :func:`survey_reply` (entry point
 ``survey`` of group ``populace.scripted_rules``, priority 300: after the persona and social
 rules, before the guessing game's), so a survey runs offline and still shows effects a
@@ -76,7 +76,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from populace.core import derive_seed, unit_float
-from populace.llm import ScriptedParams, is_structured, scripted_rule, text_of
+from populace.llm import text_of
+from populace.llm.offline import ScriptedParams, is_structured, scripted_rule
 from populace.population import EDUCATION_STEPS
 
 Kind = Literal["likert", "single_choice", "multi_choice", "numeric", "open", "coding"]

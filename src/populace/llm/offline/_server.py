@@ -2,19 +2,19 @@
 
 It answers like a chat model would in the guess-the-number game, without any model: a
 seeded random number, a short reasoning sentence ending in "The answer is N", an echo, or
-(policy ``scripted``) the prompt-dependent rules of :func:`~populace.llm.scripted_reply`;
+(policy ``scripted``) the prompt-dependent rules of :func:`~populace.llm.offline.scripted_reply`;
 asked to extract the number from a reply ("Extract ... The answer is N"), it answers "The
 answer is <the number in the reply>".
 
 Latency, HTTP 500s, 429s with ``Retry-After``, hung requests and truncated JSON bodies can
 be injected at chosen rates, reproducibly: the fate and latency of the *i*-th request depend
 only on the server seed and *i*, and the number answered depends only on the request's
-``seed`` (the same number :class:`~populace.llm.DummyModel` answers for that seed). An
+``seed`` (the same number :class:`~populace.llm.offline.DummyModel` answers for that seed). An
 outage (every completion answered 503 for a while) can be scheduled too, and a concurrency
 cap the server does not advertise (``max_running``: 429 beyond it).
 
 With ``engine`` set, the completions are timed by a simulated GPU inference engine
-(:mod:`populace.llm._engine`: continuous batching, a prefix cache): the same answers, each
+(:mod:`populace.llm.offline._engine`: continuous batching, a prefix cache): the same answers, each
 returned once the engine has run it, with the engine's token counts in ``usage`` (and
 ``prompt_tokens_details.cached_tokens``); ``GET /stats`` then has an ``engine`` section and
 ``GET /props`` tells the engine's capacity as llama.cpp's server does (``total_slots``).
@@ -53,7 +53,8 @@ from aiohttp import BodyPartReader, web
 from populace._strict import MAX_LATENCY_S, MAX_TIMEOUT_S
 from populace.core import derive_seed, mix64, unit_float
 
-from ._batchfile import (
+from .._base import text_of
+from .._batchfile import (
     CHAT_URL,
     InputProblem,
     encode_lines,
@@ -64,7 +65,7 @@ from ._batchfile import (
 )
 from ._engine import Engine, EngineParams, chat_tokens, text_tokens
 from ._reasoning import reasoning_length, reasoning_text
-from ._replies import extracted_number, find_number, json_answer, text_of, words
+from ._replies import extracted_number, find_number, json_answer, words
 from ._scripted import ScriptedParams, scripted_reply
 
 log = logging.getLogger("populace.llm.server")

@@ -50,8 +50,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from .._base import text_of
 from ._kvcache import BlockPool
-from ._replies import text_of
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 END_OF_TURN = "<|eot|>"

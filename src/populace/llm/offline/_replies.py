@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._base import text_of
+
 # A numeral as written: "22", "-3.5", "1,000" (thousands) or a fraction "2/3"; kept as is so
 # that an extraction reply echoes what the player wrote.
 _NUMBER = r"-?(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d+)(?:\.\d+)?(?:/\d+(?:\.\d+)?)?"
@@ -19,20 +21,6 @@ _ANSWER_IS = re.compile(rf"answer\s+is\s*[:=]?\s*[*\"'(\[]*\s*({_NUMBER})", re.I
 _TEMPLATE = re.compile(r"answer\s+is", re.IGNORECASE)
 _EXTRACT = re.compile(r"\bextract", re.IGNORECASE)
 _NUMERAL = re.compile(_NUMBER)
-
-
-def text_of(content: Any) -> str:
-    """Message content as text; multi-part content keeps its text parts.
-
-    >>> text_of([{"type": "text", "text": "Hello"}, {"type": "image_url"}])
-    'Hello'
-    """
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(p.get("text", "") for p in content
-                        if isinstance(p, dict) and isinstance(p.get("text"), str))
-    return "" if content is None else str(content)
 
 
 def words(text: str) -> int:

@@ -33,9 +33,9 @@ from typing import Any, TypeVar
 
 from populace.core import ConfigError
 
-from ._base import Completion, ModelClient, ModelStats, Request
+from .._base import Completion, ModelClient, ModelStats, Request, text_of
 from ._latency import SimulatedLatency
-from ._replies import text_of, words
+from ._replies import words
 
 #: The entry point group through which rules join the scripted model.
 RULES_GROUP = "populace.scripted_rules"

@@ -4,7 +4,7 @@ told to think step by step.
 A canned sentence would make every answer the same few tokens: cheap to decode, and the
 extraction prompts that quote it would share their prefix in the engine's cache, which real
 answers never do. :func:`reasoning_text` writes ``tokens`` stand-in tokens (as the engine
-counts them, :func:`~populace.llm._engine.text_tokens`) of level-k reasoning whose numbers
+counts them, :func:`~populace.llm.offline._engine.text_tokens`) of level-k reasoning whose numbers
 are drawn from the seed, so that two agents' answers part within their first sentence.
 """
 

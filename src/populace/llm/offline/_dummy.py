@@ -12,7 +12,7 @@ from typing import Any
 
 from populace.core import Signal, mix64
 
-from ._base import ChatMessage, Completion, ModelClient, ModelStats, Request
+from .._base import ChatMessage, Completion, ModelClient, ModelStats, Request
 from ._latency import SimulatedLatency
 from ._replies import is_structured, json_answer
 
