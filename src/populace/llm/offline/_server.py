@@ -293,7 +293,7 @@ def _answer(options: ServerOptions, messages: list[dict[str, Any]], seed: int,
 
 def _wanted(body: dict[str, Any]) -> Any:
     """The answer's required form in any server's spelling (see
-    :mod:`populace.llm._spelling`), as a ``response_format``: OpenAI's, vLLM's
+    :class:`populace.llm.ServerKind`), as a ``response_format``: OpenAI's, vLLM's
     ``structured_outputs`` (``json``, ``regex``, ``choice``), SGLang's ``regex``,
     llama.cpp's ``json_schema``."""
     spec = body.get("structured_outputs")
