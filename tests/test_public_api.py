@@ -87,7 +87,7 @@ API: dict[str, set[str]] = {
         "Breakdown", "CheckpointError", "Comparison", "Report", "RunData", "RunDirectory",
         "RunInUse", "RunMonitor", "RunSnapshot", "atomic_write", "error_kind", "headline",
         "latest_checkpoint", "load_run", "panel_grid", "plain_categories", "read_agent_state",
-        "read_checkpoint",
+        "read_checkpoint", "new_run_dir",
         "read_partial", "read_summary", "read_table", "run_snapshot", "sweep_table",
         "write_checkpoint", "write_comparison", "write_report"},
     "populace.scenarios.guess_number": {

@@ -41,7 +41,7 @@ from populace.launch import (
     load_run_file,
     run_until_signalled,
 )
-from populace.results import RunDirectory, RunMonitor
+from populace.results import RunDirectory, RunMonitor, new_run_dir
 from populace.scenarios.guess_number import RunConfig, Timings, play
 
 app = typer.Typer(
@@ -239,7 +239,7 @@ def run(
     if replay is not None and not _is(replay / "llm_calls", Path.is_dir, "--replay") \
             and any(m.provider != "dummy" for m in run_file.options.models.values()):
         raise ConfigError(f"--replay {replay}: no llm_calls/ recording in that directory")
-    target = out_dir or Path("runs") / f"{run_file.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    target = out_dir or new_run_dir("runs", run_file.name)
     run_dir = _run_dir(target, resume is not None, given=out_dir is not None)
     _launch(run_file, run_dir, resume=resume is not None, replay=replay,
             studio_port=studio_port if studio else None)
@@ -252,7 +252,7 @@ def _fork(source: Path, at: int, pairs: list[str], out_dir: Path | None,
     if not _is(source / "config.yaml", Path.is_file, "--fork"):
         raise _Fail(f"--fork {source}: no config.yaml there (not a run directory?)",
                     EXIT_CONFIG)
-    target = out_dir or source.parent / f"{source.name}-fork{at}-{time.strftime('%H%M%S')}"
+    target = out_dir or new_run_dir(source.parent, f"{source.name}-fork{at}")
     if _is(target, os.path.lexists, "--out"):
         raise _Fail(f"{'--out ' if out_dir else ''}{target}: exists already; choose another "
                     "with --out", EXIT_CONFIG)
@@ -757,7 +757,7 @@ def _run_sweep(config: Path, overrides: dict[str, Any], out_dir: Path | None,
                  for p in points}
     # every point is checked before the first one runs
     name = next(iter(run_files.values())).name
-    root = out_dir or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    root = out_dir or new_run_dir("runs", name)
     try:
         index = SweepIndex.create(root, name, str(config), data, points)
     except FileExistsError as e:
@@ -970,7 +970,7 @@ def compare(
     """Put several runs side by side: a table, overlaid plots and compare.html."""
     from populace.results import write_comparison
 
-    target = out_dir or Path(f"compare-{time.strftime('%Y%m%d-%H%M%S')}")
+    target = out_dir or new_run_dir(".", "compare")
     where = f"--out {target}" if out_dir is not None else str(target)
     if _is(target, Path.exists, "--out") and not _is(target, Path.is_dir, "--out"):
         raise _Fail(f"{where}: not a directory", EXIT_CONFIG)

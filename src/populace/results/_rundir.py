@@ -43,6 +43,21 @@ LOCK = ".lock"
 MANAGE_LOCK = ".manage.lock"
 
 
+def new_run_dir(parent: str | Path, base: str,
+                taken: Callable[[str], bool] = lambda name: False) -> Path:
+    """``PARENT/BASE-YYYYmmdd-HHMMSS``, with ``-2``, ``-3``… while that exists (or is
+    ``taken``): the one form of the directories Populace names itself (runs, sweeps, forks,
+    the studio's runs, comparisons), so that two started in the same second never meet."""
+    import time
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for k in range(1, 1000):
+        path = Path(parent) / (f"{base}-{stamp}" + (f"-{k}" if k > 1 else ""))
+        if not os.path.lexists(path) and not taken(path.name):
+            return path
+    raise FileExistsError(f"{parent}: no free name for {base}-{stamp}")  # pragma: no cover
+
+
 class RunInUse(ConfigError):
     """Another process is writing this run directory (its run, or a resume of it): the
     directory does not fit this run, like a bad run file (exit 2)."""

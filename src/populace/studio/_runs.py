@@ -41,7 +41,7 @@ from typing import Any
 
 from populace.core import ConfigError, PopulaceError
 from populace.launch import RunControl, RunFile, fork, launch, load_run_file
-from populace.results import RunDirectory, RunMonitor, run_snapshot
+from populace.results import RunDirectory, RunMonitor, new_run_dir, run_snapshot
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _CONFIG_SUFFIXES = (".yaml", ".yml")
@@ -403,12 +403,8 @@ class Runs:
             raise Refused(f"run {busy[0]} is still going; stop it before starting another")
 
     def _free_id(self, base: str) -> str:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        for k in range(1, 1000):
-            run_id = f"{base}-{stamp}" + (f"-{k}" if k > 1 else "")
-            if not (self.runs_dir / run_id).exists() and run_id not in self._live:
-                return run_id
-        raise Refused("cannot find a free run directory name")  # pragma: no cover
+        # a run started is live before its directory is made
+        return new_run_dir(self.runs_dir, base, taken=self._live.__contains__).name
 
     def _begin(self, run_id: str, run: RunFile, run_dir: RunDirectory, config: str,
                *, resume: bool) -> LiveRun:
