@@ -474,8 +474,10 @@ async def test_a_failed_call_says_its_kind_by_type_and_cause() -> None:
 async def test_a_slow_answer_of_a_computing_server_is_waited_for_not_sent_again() -> None:
     # serve-llm shows what it computes in /stats (injected hangs excluded): a request that
     # takes longer than the timeout is waited for while the server works on it.
-    async with running_server(ServerOptions(latency=0.5)) as base:
-        model = OpenAIModel("m", model="dummy", base_urls=[base], timeout=0.2, max_retries=0,
+    # (a timeout of 0.5 s: on a loaded machine a request took more than 0.2 s to reach
+    # the server, which then showed itself idle)
+    async with running_server(ServerOptions(latency=1.2)) as base:
+        model = OpenAIModel("m", model="dummy", base_urls=[base], timeout=0.5, max_retries=0,
                             server="populace")
         try:
             answers = await asyncio.gather(*(model.complete(USER, seed=s) for s in range(3)))
