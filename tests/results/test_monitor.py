@@ -22,7 +22,7 @@ from populace.launch import launch, load_run_file
 from populace.llm import EndpointStats, ModelStats, OpenAIModel
 from populace.llm.offline import ServerOptions, running_server
 from populace.results import RunDirectory, RunMonitor, read_summary, read_table, run_snapshot
-from populace.results._monitor import (
+from populace.results._snapshot import (
     AUTO_BINS,
     MAX_BINS,
     MAX_METRICS,

@@ -18,7 +18,7 @@ from ._checkpoint import (
 )
 from ._compare import Comparison, write_comparison
 from ._grid import panel_grid
-from ._monitor import RunMonitor, RunSnapshot, error_kind, run_snapshot
+from ._monitor import RunMonitor
 from ._report import Report, sweep_table, write_report
 from ._rundir import (
     RunDirectory,
@@ -31,6 +31,8 @@ from ._rundir import (
     read_table,
 )
 from ._runs import Breakdown, RunData, headline, load_run
+from ._snapshot import RunSnapshot, error_kind
+from ._stored import run_snapshot
 
 __all__ = [
     "Breakdown",
