@@ -318,11 +318,16 @@ def estimate(
             out.print(f"{escape(m.model)} samples archetypes: {m.calls:,} calls; asking every "
                       f"agent: ~{m.individual['calls']:,} calls, "
                       f"{m.individual['prompt_tokens']:,} prompt tokens", soft_wrap=True)
-    wall = result.wall_s
+    wall, span = result.wall_s, result.wall_range
     out.print(f"predicted: {result.calls:,} calls"
               f"{'' if result.cost is None else f', cost {result.cost:,.2f}'}"
-              f"{'' if wall is None else f', about {wall / 60:,.1f} min of model time'}"
+              f"{'' if wall is None else f', about {_duration(wall)} of model time'}"
+              f"{'' if span is None else f' ({_duration(span[0])} to {_duration(span[1])})'}"
               " (the platform's own time per agent is not included)", soft_wrap=True)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:,.1f} s" if seconds < 120 else f"{seconds / 60:,.1f} min"
 
 
 def _start_studio(run_dir: RunDirectory, port: int) -> tuple[Any, Any, Any]:

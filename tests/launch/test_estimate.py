@@ -13,6 +13,7 @@ import yaml
 from cli_helpers import run_in_process
 from populace.core import ConfigError
 from populace.launch import estimate, launch, load_run_file
+from populace.launch._estimate import Estimate, ModelEstimate, _fixed_limits, ramp_s, wall_range
 from populace.llm.offline import ServerOptions, running_server
 from populace.results import RunDirectory
 
@@ -116,3 +117,52 @@ async def test_archetype_sampling_is_estimated_by_archetypes_not_agents(
     asked = step["sampling"]["scripted"]["individual"]["calls"]
     assert abs(model.individual["calls"] - asked) <= 0.25 * asked
     assert model.individual["calls"] > 5 * model.calls
+
+
+# -- the arithmetic of wall time (issue 28) ------------------------------------------------
+
+def test_a_wave_bound_step_is_calls_times_service_time_over_the_limit() -> None:
+    # 4000 calls of 0.1 s, 128 at once: 3.125 s on the wire; 0.8 s of CPU hide inside it
+    assert wall_range(4000, 2, 0.1, 128, 0.0002) == pytest.approx((3.125, 3.125, 3.925))
+
+
+def test_a_cpu_bound_step_is_calls_times_cpu_per_call() -> None:
+    # 512 at once would take 4 s, but the client needs 8 s of CPU for the calls
+    assert wall_range(16_384, 10, 0.125, 512, 2**-11) == (4.0, 8.0, 12.0)
+
+
+def test_a_chain_of_calls_bounds_a_small_step() -> None:
+    # 10 agents × 3 calls in a row, 64 at once: the chain (3 × 0.2 s), not 30 / 64 waves
+    assert wall_range(30, 3, 0.2, 64, 0.0)[1] == pytest.approx(0.6)
+    assert wall_range(30, 3, 0.2, None, 0.0)[1] == pytest.approx(0.6)
+
+
+def test_slow_start_costs_the_round_trips_below_the_ceiling() -> None:
+    # 8, 16, 32 in three round trips (56 calls) that a limit of 64 does in 56/64 of one
+    assert ramp_s(0.1, 64, 8, 10_000) == pytest.approx(0.1 * (3 - 56 / 64))
+    assert ramp_s(0.1, 64, 64, 10_000) == 0.0  # a fixed limit starts at its ceiling
+    assert ramp_s(0.1, 64, 8, 20) == pytest.approx(0.1 * (1 - 8 / 64))  # never reaches it
+    assert ramp_s(0.1, 8, 8, 10_000) == 0.0
+
+
+def test_the_pilot_runs_its_servers_at_fixed_limits() -> None:
+    data = {"agents": 9, "models": {
+        "a": {"provider": "openai", "model": "x", "base_urls": ["http://h/v1"]},
+        "b": {"provider": "scripted"}}}
+    fixed = _fixed_limits(data)
+    assert fixed["models"]["a"]["adaptive"] is False
+    assert fixed["models"]["b"] == {"provider": "scripted"}
+    assert "adaptive" not in data["models"]["a"]  # the run file's data is left alone
+
+
+def _model(name: str, wall: float, span: tuple[float, float]) -> ModelEstimate:
+    return ModelEstimate(name, 1, 1, 1, None, 0.1, 8, wall, None, span)
+
+
+def test_backgrounds_come_before_the_slowest_model_of_the_steps() -> None:
+    guess = Estimate(100, 1, 10, 1, 1.0, (_model("a", 2.0, (1.0, 3.0)),
+                                          _model("b", 5.0, (4.0, 6.0))),
+                     _model("a (backgrounds)", 10.0, (9.0, 12.0)))
+    assert guess.wall_s == 15.0
+    assert guess.wall_range == (13.0, 18.0)
+    assert guess.as_dict()["wall_range"] == (13.0, 18.0)

@@ -6,15 +6,41 @@ step's summary entry counts the calls its models made (``llm``: requests, retrie
 the pilot's counts per agent and step, times the full run's agents and steps, are the
 predicted calls and tokens, and ``price_per_million`` makes them a cost.
 
-Wall time is predicted for runs whose time goes to the models: a step lasts as long as an
-agent's calls in sequence (``calls`` per agent per step) take, once per wave of agents that
-the clients let in flight at once (``max_concurrency`` × endpoints × workers; unbounded for
-the dummy and scripted models), at the pilot's mean latency per call. With archetype
-sampling (a model's ``sampling:``), the archetypes' calls grow with the number of archetypes
-and workers, not the agents; only the audited agents' own calls grow with the agents (see
-:func:`_archetypes`). The platform's own
-time per agent (seconds per million agents for the dummy model; see docs/benchmarks.md) is
-not included.
+Wall time is predicted for runs whose time goes to the models, from three things the pilot
+measures and the full run's limits:
+
+- **service time** ``s``: seconds per call on the wire. The pilot's clients run with fixed
+  limits (``adaptive: false``): an adaptive limit starts at 8 and grows per round trip, so
+  a pilot of 50 agents would queue in the client and count the queueing as service time
+  (issue 28: predictions 2-9x too long). Where the pilot's agents still outnumber the
+  limit, Little's law takes the queueing out (``latency × limit / callers``).
+- **client CPU per call** ``κ``: the process time of the pilot's steps over their calls.
+  Past some concurrency the calls are bound by the client's one event loop, not by the
+  server's latency (the survey at 512 in flight).
+- **limits** ``L``: ``max_concurrency`` × endpoints × workers (backgrounds: one client,
+  ``backgrounds.concurrency`` at most).
+
+``C`` calls, each caller making ``chain`` of them in a row, take ``max(chain × s, C × s /
+L)`` on the wire and ``C × κ`` on the CPU (:func:`wall_range`). The client computes while
+it waits, so the estimate is the larger of the two; the printed range goes from the wire
+alone (the pilot's ``κ`` carries its steps' fixed costs, an overestimate) to their sum
+(no overlap at all). Measured, the wire term slightly overestimates too: the pilot's 50
+callers start at once, and that burst is in its service time (+10-20% on this machine).
+An adaptive limit's slow start (8, 16, … up to ``L``, one round trip each) adds its lost
+round trips once per client (:func:`ramp_s`).
+Backgrounds and the steps are estimated separately (backgrounds first, then the steps).
+
+**Batch mode** (a model's ``batch:``): a job's time does not grow with its requests the
+way a wave of calls does (a batch server answers them all within its own turnaround), so
+a step lasts what the pilot's step lasted, plus the client's CPU for the extra calls; the
+backgrounds go out in jobs of ``backgrounds.concurrency`` requests, one after another,
+each as long as the pilot's.
+
+With archetype sampling (a model's ``sampling:``), the archetypes' calls grow with the
+number of archetypes and workers, not the agents; only the audited agents' own calls grow
+with the agents (see :func:`_archetypes`). The platform's own time per agent (seconds per
+million agents for the dummy model; see docs/benchmarks.md) is not included. The measured
+errors are in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -22,6 +48,7 @@ from __future__ import annotations
 import json
 import math
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +78,8 @@ class ModelEstimate:
     wall_s: float | None  # the time these calls take in the full run
     #: with archetype sampling: the calls and tokens of asking every agent instead
     individual: dict[str, int] | None = None
+    #: ``wall_s``'s range: the wire and the CPU overlapping fully, or not at all
+    wall_range: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -87,12 +116,24 @@ class Estimate:
         return round((max(walls) if walls else 0.0) + (first or 0.0), 3)
 
     @property
+    def wall_range(self) -> tuple[float, float] | None:
+        """``wall_s``'s range (see the module docstring)."""
+        ranges = [m.wall_range for m in self.models if m.wall_range is not None]
+        first = self.backgrounds.wall_range if self.backgrounds is not None else None
+        if not ranges and first is None:
+            return None
+        low, high = first or (0.0, 0.0)
+        return (round(low + max((r[0] for r in ranges), default=0.0), 3),
+                round(high + max((r[1] for r in ranges), default=0.0), 3))
+
+    @property
     def all_models(self) -> tuple[ModelEstimate, ...]:
         return self.models + ((self.backgrounds,) if self.backgrounds is not None else ())
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data.update(calls=self.calls, cost=self.cost, wall_s=self.wall_s)
+        data.update(calls=self.calls, cost=self.cost, wall_s=self.wall_s,
+                    wall_range=self.wall_range)
         return data
 
 
@@ -114,6 +155,80 @@ def _concurrency(config: Any, workers: int) -> int | None:
     if isinstance(config, OpenAIConfig):
         return config.max_concurrency * len(config.base_urls) * workers
     return None
+
+
+def wall_range(calls: float, chain: float, service_s: float, limit: int | None,
+               cpu_s: float) -> tuple[float, float, float]:
+    """Seconds that ``calls`` calls take, each caller making ``chain`` of them in a row,
+    ``service_s`` each on the wire, at most ``limit`` at once (None: unbounded), and
+    ``cpu_s`` of the client's CPU each: (low, estimate, high).
+
+    >>> wall_range(4000, 2, 0.1, 128, 0.0002)  # the wire: 4000 × 0.1 / 128; CPU: 0.8
+    (3.125, 3.125, 3.925)
+    >>> wall_range(16_384, 10, 0.125, 512, 2**-11)  # bound by the CPU: 8 s, not 4
+    (4.0, 8.0, 12.0)
+    """
+    wire = max(chain * service_s, calls * service_s / limit if limit else 0.0)
+    cpu = calls * cpu_s
+    return wire, max(wire, cpu), wire + cpu
+
+
+def ramp_s(service_s: float, ceiling: int, start: int, calls: float) -> float:
+    """Seconds an adaptive limit's slow start adds: from ``start`` it doubles each round
+    trip (``service_s``) up to ``ceiling``; ``calls`` (per client and endpoint) at the
+    full limit would have taken ``calls / ceiling`` round trips. 0 for a fixed limit
+    (``start == ceiling``) or too few calls to reach it.
+
+    >>> round(ramp_s(0.1, 64, 8, 10_000), 4)  # 8, 16, 32: 3 trips for 56 calls, not 56/64
+    0.2125
+    """
+    trips = 0
+    done = 0
+    limit = start
+    while limit < ceiling and done + limit < calls:
+        done += limit
+        limit = min(ceiling, limit * 2)
+        trips += 1
+    return max(0.0, (trips - done / ceiling) * service_s)
+
+
+def _start(config: Any) -> int:
+    """Where ``config``'s limit starts (see ``EndpointPool``)."""
+    if not config.adaptive:
+        return int(config.max_concurrency)
+    return int(min(config.max_concurrency, max(config.min_concurrency, 8)))
+
+
+class _StepClock:
+    """An observer of the pilot: the process time its steps took (the client's CPU)."""
+
+    def __init__(self) -> None:
+        self.cpu_s = 0.0
+        self._at = 0.0
+
+    def run_started(self, run_file: RunFile, summary: dict[str, Any]) -> None: ...
+
+    def step_started(self, t: int, steps: int) -> None:
+        self._at = time.process_time()
+
+    def step_progress(self, t: int, done: int, total: int) -> None: ...
+
+    def step_finished(self, t: int, entry: dict[str, Any]) -> None:
+        self.cpu_s += time.process_time() - self._at
+
+    def recovering(self, error: BaseException) -> None: ...
+
+    def run_finished(self, summary: dict[str, Any]) -> None: ...
+
+
+def _fixed_limits(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with every server's client at a fixed limit (see the module docstring)."""
+    models = data.get("models")
+    if not isinstance(models, dict):
+        return data
+    return {**data, "models": {
+        name: {**m, "adaptive": False} if isinstance(m, dict) and m.get("provider") == "openai"
+        else m for name, m in models.items()}}
 
 
 async def estimate(data: dict[str, Any], source: Path, overrides: dict[str, Any] | None = None,
@@ -140,11 +255,12 @@ async def estimate(data: dict[str, Any], source: Path, overrides: dict[str, Any]
     population = data.get("population")
     if isinstance(population, dict) and population.get("size") is not None:
         data["population"] = {**population, "size": pilot_agents}  # it follows agents
-    pilot_file: RunFile = parse_run_file(data, source, small)
+    pilot_file: RunFile = parse_run_file(_fixed_limits(data), source, small)
+    clock = _StepClock()
     with tempfile.TemporaryDirectory(prefix="populace-estimate-") as tmp:
         run_dir = RunDirectory.create(Path(tmp) / "pilot")
         # Its own cache: a pilot must not find the backgrounds an earlier pilot wrote.
-        summary = await launch(pilot_file, run_dir, max_recoveries=0,
+        summary = await launch(pilot_file, run_dir, max_recoveries=0, observers=[clock],
                                cache=Path(tmp) / "cache")
         latencies = _latencies(run_dir.path)
     if summary.get("status") != "completed":
@@ -153,6 +269,9 @@ async def estimate(data: dict[str, Any], source: Path, overrides: dict[str, Any]
     entries = summary["steps"]
     pilot_steps = len(entries)
     scale = o.agents * o.steps / (pilot_agents * pilot_steps)
+    made = sum(c.get("requests", 0) for e in entries for c in e.get("llm", {}).values())
+    cpu = clock.cpu_s / made if made else 0.0  # the client's CPU per call
+    pilot_step_s = sum(float(e.get("wall_s", 0.0)) for e in entries) / max(1, pilot_steps)
     models = []
     for name, config in o.models.items():
         counted = [e.get("llm", {}).get(name, {}) for e in entries]
@@ -174,20 +293,33 @@ async def estimate(data: dict[str, Any], source: Path, overrides: dict[str, Any]
         seen = latencies.get(name) or []
         latency = sum(seen) / len(seen) if seen else None
         limit = _concurrency(config, o.workers)
-        wall = None
-        if latency is not None and individual is not None:  # calls no longer per agent
-            waves = 1.0 if limit is None else max(1.0, calls / o.steps / limit)
-            wall = round(o.steps * waves * latency, 3)
-        elif latency is not None:
-            per_agent = requests / (pilot_agents * pilot_steps)  # calls one agent makes in turn
-            waves = 1.0 if limit is None else max(1.0, o.agents / limit)
-            wall = round(o.steps * math.ceil(per_agent) * latency * waves, 3)
+        wall = span = None
+        if latency is not None:
+            step = calls / o.steps
+            if isinstance(config, OpenAIConfig) and config.batch is not None:
+                # a job lasts what the pilot's did; only the client's CPU grows
+                low, mid, high = wall_range(max(0.0, step - requests / pilot_steps), 1,
+                                            pilot_step_s, None, cpu)
+                ramp = 0.0
+            else:
+                if limit is not None:  # the pilot's callers beyond its limit queued
+                    callers = pilot_agents / pilot_file.options.workers
+                    latency *= min(1.0, limit / o.workers / callers)
+                # calls one agent makes in turn (archetypes: no longer per agent)
+                chain = 1 if individual is not None else \
+                    math.ceil(requests / (pilot_agents * pilot_steps))
+                low, mid, high = wall_range(step, chain, latency, limit, cpu)
+                ramp = 0.0 if not isinstance(config, OpenAIConfig) or limit is None else \
+                    ramp_s(latency, config.max_concurrency, _start(config),
+                           step / limit * config.max_concurrency)
+            wall = round(o.steps * mid + ramp, 3)
+            span = (round(o.steps * low + ramp, 3), round(o.steps * high + ramp, 3))
         models.append(ModelEstimate(name, round(calls), round(ptok), round(ctok), cost,
                                     None if latency is None else round(latency, 6), limit,
-                                    wall, individual))
+                                    wall, individual, span))
     return Estimate(o.agents, o.steps, pilot_agents, pilot_steps,
                     float(summary.get("wall_s", 0.0)), tuple(models),
-                    _backgrounds(full, summary.get("backgrounds")))
+                    _backgrounds(full, summary.get("backgrounds"), cpu))
 
 
 def _archetypes(full: RunFile, pilot: RunFile, sampled: list[dict[str, Any]],
@@ -217,19 +349,35 @@ def _count_archetypes(run_file: RunFile, by: list[str]) -> int:
     return table.group_by(by).aggregate([]).num_rows
 
 
-def _backgrounds(full: RunFile, pilot: dict[str, Any] | None) -> ModelEstimate | None:
+def _backgrounds(full: RunFile, pilot: dict[str, Any] | None,
+                 cpu: float) -> ModelEstimate | None:
     """Backgrounds for every agent, at the pilot's calls and tokens per written one (as if
-    none were cached yet: an upper bound)."""
+    none were cached yet: an upper bound), in waves of the writer's concurrency (``cpu``:
+    the client's CPU per call)."""
     o = full.options
     if pilot is None or not pilot.get("generated") or o.population is None:
         return None
     per = o.agents / pilot["generated"]
     name = pilot["model"]
-    prices = getattr(o.models[name], "price_per_million", None)
+    config = o.models[name]
+    prices = getattr(config, "price_per_million", None)
     ptok, ctok = pilot["prompt_tokens"] * per, pilot["completion_tokens"] * per
     cost = None if prices is None else round((ptok * prices[0] + ctok * prices[1]) / 1e6, 6)
-    latency = pilot["wall_s"] / max(1.0, pilot["generated"] / o.population.backgrounds.concurrency)
-    waves = max(1.0, o.agents / o.population.backgrounds.concurrency)
+    limit = o.population.backgrounds.concurrency
+    chat = config if isinstance(config, OpenAIConfig) and config.batch is None else None
+    if chat is not None:  # one client, in the launcher: not per worker
+        limit = min(limit, chat.max_concurrency * len(chat.base_urls))
+    # the pilot's time per wave: its service time (its limits were fixed)
+    latency = pilot["wall_s"] / math.ceil(pilot["generated"] / limit)
+    ramp = 0.0
+    if isinstance(config, OpenAIConfig) and config.batch is not None:
+        # jobs of `limit` requests, one after another
+        low, mid, high = wall_range(o.agents, math.ceil(o.agents / limit), latency, None, cpu)
+    else:
+        low, mid, high = wall_range(o.agents, 1, latency, limit, cpu)
+        if chat is not None:
+            ramp = ramp_s(latency, chat.max_concurrency, _start(chat),
+                          o.agents / len(chat.base_urls))
     return ModelEstimate(f"{name} (backgrounds)", round(pilot["sent"] * per), round(ptok),
-                         round(ctok), cost, round(latency, 6),
-                         o.population.backgrounds.concurrency, round(waves * latency, 3))
+                         round(ctok), cost, round(latency, 6), limit, round(mid + ramp, 3),
+                         wall_range=(round(low + ramp, 3), round(high + ramp, 3)))
