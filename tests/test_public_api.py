@@ -18,6 +18,8 @@ API: dict[str, set[str]] = {
         "Memory", "Number", "Persona", "PersonaOptions", "Regex", "Schema", "Text",
         "persona_columns", "render_memory", "divergence", "sampling_report",
         "fallen_back", "falling_back", "fit_surrogates", "instruct", "SamplingCounts"},
+    # the command line: its entry point (pyproject's populace script) and the typer app
+    "populace.cli": {"app", "main"},
     "populace.core": {
         "Agent", "AgentGroup", "AgentHandle", "Backend", "CallTimeout", "ConfigError",
         "LocalBackend", "Memory", "ModelBadResponse", "ModelError", "ModelHTTPError",

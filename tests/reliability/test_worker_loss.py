@@ -20,6 +20,7 @@ import pyarrow as pa
 import pytest
 
 from populace import cli
+from populace.launch import MAX_RECOVERIES
 from populace.results import read_summary
 
 
@@ -102,7 +103,7 @@ def flaky(tmp_path: Path, losses: int) -> Path:
     return path
 
 
-@pytest.mark.parametrize("losses", [1, cli.MAX_RECOVERIES])
+@pytest.mark.parametrize("losses", [1, MAX_RECOVERIES])
 def test_lost_workers_are_recovered_by_resuming(
     losses: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -126,13 +127,13 @@ def test_too_many_losses_stop_with_the_resume_command(
 ) -> None:
     out = tmp_path / "out"
     monkeypatch.setattr(sys, "argv", ["populace", "run",
-                                      str(flaky(tmp_path, cli.MAX_RECOVERIES + 1)),
+                                      str(flaky(tmp_path, MAX_RECOVERIES + 1)),
                                       "--out", str(out)])
     with pytest.raises(SystemExit) as info:
         cli.main()
     assert info.value.code == 1
-    assert (tmp_path / "attempts").read_text() == "x" * (cli.MAX_RECOVERIES + 1)
+    assert (tmp_path / "attempts").read_text() == "x" * (MAX_RECOVERIES + 1)
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert err[-1] == (f"error: worker 1 (pid 4242) died: killed; it held agents 5-9 (attempt "
-                       f"{cli.MAX_RECOVERIES + 1}); gave up after {cli.MAX_RECOVERIES} "
+                       f"{MAX_RECOVERIES + 1}); gave up after {MAX_RECOVERIES} "
                        f"recoveries; continue with: populace run --resume {out}")
