@@ -37,7 +37,7 @@ def interview(
         raise Fail(f"{run_dir}: no config.yaml there (not a run directory?)", EXIT_CONFIG)
     if agent is None and where is None and sample is None:
         raise Fail("choose whom to ask: --agent ID, --where QUERY and/or --sample N",
-                    EXIT_CONFIG)
+                   EXIT_CONFIG)
     number, rows = run_until_signalled(ask(run_dir, question, agents=agent, where=where,
                                            sample=sample, step=step))
     if as_json:
@@ -87,14 +87,14 @@ def intervene(
 
     if (text is None) == (key is None):
         raise Fail("give either --text (a message) or --key and --value (an environment "
-                    "change)", EXIT_CONFIG)
+                   "change)", EXIT_CONFIG)
     if text is not None:
         if not text.strip():
             raise Fail("--text: empty (give the message)", EXIT_CONFIG)
         given = [f for f, v in (("--value", value), ("--env", env)) if v is not None]
         if given:
             raise Fail(f"{given[0]} goes with --key (an environment change), not --text",
-                        EXIT_CONFIG)
+                       EXIT_CONFIG)
         data: dict[str, Any] = {"step": step, "kind": "message", "text": text,
                                 "where": where, "agents": agent, "sample": sample}
     else:
@@ -108,7 +108,7 @@ def intervene(
             parsed = json.loads(value, parse_constant=_no_constant)
         except ValueError:
             raise Fail(f"--value {value}: not JSON (text goes in double quotes: "
-                        f"'\"{value}\"')", EXIT_CONFIG) from None
+                       f"'\"{value}\"')", EXIT_CONFIG) from None
         except RecursionError:
             raise Fail("--value: nested too deeply", EXIT_CONFIG) from None
         data = {"step": step, "kind": "environment", "key": key, "value": parsed, "env": env}

@@ -180,7 +180,7 @@ def run_batch(
         raise Fail(str(e), EXIT_CONFIG) from None
     except OSError as e:  # the output file: a full disk, no permission
         raise Fail(f"--output-file {output_file}: cannot write: {e.strerror or e}",
-                    EXIT_CONFIG) from None
+                   EXIT_CONFIG) from None
     out.print(f"{counts['total']:,} requests: {counts['completed']:,} answered, "
               f"{counts['failed']:,} failed; written to [bold]{escape(str(output_file))}[/bold]",
               soft_wrap=True)

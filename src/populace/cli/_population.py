@@ -122,4 +122,4 @@ def backgrounds(
               f"written to [bold]{out_file}[/bold]", soft_wrap=True)
     if result.failed:
         raise Fail(f"{result.failed} agents have no background; see the error column of "
-                    f"{out_file} (rerun to retry only those)", 1)
+                   f"{out_file} (rerun to retry only those)", 1)

@@ -77,10 +77,10 @@ def compare(
     except FileNotFoundError as e:
         if e.filename is not None and Path(e.filename).is_relative_to(target):
             raise Fail(f"{where}: cannot create the comparison: {e.strerror or e}",
-                        EXIT_CONFIG) from None
+                       EXIT_CONFIG) from None
         raise Fail(str(e), EXIT_CONFIG) from None
     except OSError as e:  # under a file, read-only, /proc
         raise Fail(f"{where}: cannot create the comparison: {e.strerror or e}",
-                    EXIT_CONFIG) from None
+                   EXIT_CONFIG) from None
     out.print(written.table)
     out.print(f"comparison: [bold]{written.path}[/bold]", soft_wrap=True)

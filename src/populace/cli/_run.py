@@ -54,8 +54,8 @@ def run(
         help="answer every LLM call from this earlier run's recording (no requests)")] = None,
     resume: Annotated[Path | None, typer.Option(
         help="continue this interrupted run directory from its last checkpoint")] = None,
-    studio: Annotated[bool, bool_option("studio", "serve the web studio beside this run and print "
-                                        "its URL")] = False,
+    studio: Annotated[bool, bool_option(
+        "studio", "serve the web studio beside this run and print its URL")] = False,
     studio_port: Annotated[int, typer.Option(min=0, max=65535, help="the studio's port")
                            ] = 8765,
     fork: Annotated[Path | None, typer.Option(
@@ -74,10 +74,10 @@ def run(
     if fork is not None or at is not None or set_:
         if fork is None or at is None:
             raise Fail("--fork RUN_DIR and --at STEP go together (--set needs both)",
-                        EXIT_CONFIG)
+                       EXIT_CONFIG)
         if config is not None or resume is not None or replay is not None:
             raise Fail("--fork takes its config from RUN_DIR/config.yaml; give no CONFIG, "
-                        "--resume or --replay", EXIT_CONFIG)
+                       "--resume or --replay", EXIT_CONFIG)
         if any(v is not None for v in (agents, rounds, seed, workers, backend, address)):
             raise Fail("--fork changes settings with --set KEY=VALUE only", EXIT_CONFIG)
         _fork(fork, at, set_ or [], out_dir, without_interventions,
@@ -86,15 +86,15 @@ def run(
     if resume is not None:
         if config is not None or out_dir is not None:
             raise Fail("--resume RUN_DIR takes its config from RUN_DIR/config.yaml; "
-                        "give no CONFIG and no --out", EXIT_CONFIG)
+                       "give no CONFIG and no --out", EXIT_CONFIG)
         if agents is not None or rounds is not None or seed is not None:
             # Only where the run happens may change; a checkpoint fits its own run alone.
             raise Fail("--resume continues the run as it was configured; --agents, --rounds "
-                        "and --seed cannot change", EXIT_CONFIG)
+                       "and --seed cannot change", EXIT_CONFIG)
         config, out_dir = RunDirectory(resume).config_path, resume
         if not path_is(config, Path.is_file, "--resume"):
             raise Fail(f"--resume {resume}: no config.yaml there (not a run directory?)",
-                        EXIT_CONFIG)
+                       EXIT_CONFIG)
     if config is None:
         raise Fail("missing the run file: populace run CONFIG.yaml", EXIT_CONFIG)
     if "sweep" in read_yaml(config):  # a grid of runs, one sub-directory each
@@ -120,17 +120,17 @@ def _fork(source: Path, at: int, pairs: list[str], out_dir: Path | None,
 
     if not path_is(source / "config.yaml", Path.is_file, "--fork"):
         raise Fail(f"--fork {source}: no config.yaml there (not a run directory?)",
-                    EXIT_CONFIG)
+                   EXIT_CONFIG)
     target = out_dir or new_run_dir(source.parent, f"{source.name}-fork{at}")
     if path_is(target, os.path.lexists, "--out"):
         raise Fail(f"{'--out ' if out_dir else ''}{target}: exists already; choose another "
-                    "with --out", EXIT_CONFIG)
+                   "with --out", EXIT_CONFIG)
     try:
         run_file = fork(source, at, parse_sets(pairs), target,
                         without_interventions=without_interventions)
     except OSError as e:
         raise Fail(f"{e.filename or target}: cannot create the fork: {e.strerror or e}",
-                    EXIT_CONFIG) from None
+                   EXIT_CONFIG) from None
     out.print(f"forked {escape(str(source))} after step {at} into "
               f"[bold]{escape(str(target))}[/bold]", soft_wrap=True)
     _launch(run_file, RunDirectory(target), resume=True, replay=None,
@@ -154,7 +154,7 @@ def _run_dir(target: Path, resume: bool, *, given: bool = True) -> RunDirectory:
     if not resume and os.path.islink(target) and not os.path.exists(target):  # no OSError
         where = f"--out {target}" if given else str(target)
         raise Fail(f"{where}: a broken symbolic link (to {target.readlink()}); remove it or "
-                    "choose another directory", EXIT_CONFIG)
+                   "choose another directory", EXIT_CONFIG)
     try:
         return RunDirectory(target) if resume else RunDirectory.create(target)
     except FileExistsError as e:
@@ -163,7 +163,7 @@ def _run_dir(target: Path, resume: bool, *, given: bool = True) -> RunDirectory:
         where, hint = (f"--out {target}", "") if given else (str(target),
                                                              "; choose one with --out")
         raise Fail(f"{where}: cannot create the run directory: {e.strerror or e}{hint}",
-                    EXIT_CONFIG) from None
+                   EXIT_CONFIG) from None
 
 
 def _launch(run_file: RunFile, run_dir: RunDirectory, *, resume: bool, replay: Path | None,
@@ -187,11 +187,11 @@ def _launch(run_file: RunFile, run_dir: RunDirectory, *, resume: bool, replay: P
                                              replay=replay, control=control), say=forced)
     except WorkerLost as e:
         raise Fail(f"{e}; gave up after {MAX_RECOVERIES} recoveries; continue with: "
-                    f"populace run --resume {run_dir.path}", 1) from None
+                   f"populace run --resume {run_dir.path}", 1) from None
     except (KeyboardInterrupt, Terminated) as e:
         code = EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
         raise Fail(f"stopped; finished steps are in {run_dir.path}; continue with: "
-                    f"populace run --resume {run_dir.path}", code) from None
+                   f"populace run --resume {run_dir.path}", code) from None
     except ConfigError:
         raise  # a run file or run directory that does not fit: exit 2
     except ScenarioFailed as e:  # the scenario's own code broke: one line, the traceback kept
@@ -200,10 +200,10 @@ def _launch(run_file: RunFile, run_dir: RunDirectory, *, resume: bool, replay: P
         # pyarrow's write errors carry no file name: the run directory is where it failed
         where = f"{e.filename}: " if e.filename else f"writing in {run_dir.path}: "
         raise Fail(f"{where}{e.strerror or e}; finished steps are in {run_dir.path}; "
-                    f"continue with: populace run --resume {run_dir.path}", 1) from None
+                   f"continue with: populace run --resume {run_dir.path}", 1) from None
     except PopulaceError as e:
         raise Fail(f"{type(e).__name__}: {e}; finished steps are in {run_dir.path}; continue "
-                    f"with: populace run --resume {run_dir.path}", 1) from None
+                   f"with: populace run --resume {run_dir.path}", 1) from None
     finally:
         observer.progress.stop()
         if server is not None:
@@ -240,7 +240,7 @@ def _run_sweep(config: Path, overrides: dict[str, Any], out_dir: Path | None,
     except OSError as e:
         where = f"--out {root}" if out_dir is not None else str(root)
         raise Fail(f"{where}: cannot create the sweep directory: {e.strerror or e}",
-                    EXIT_CONFIG) from None
+                   EXIT_CONFIG) from None
     out.print(f"[bold]{name}[/bold]: sweep of {len(points)} runs over "
               f"{', '.join(index.data['keys'])} into [bold]{root}[/bold]", soft_wrap=True)
 
@@ -266,6 +266,6 @@ def _run_sweep(config: Path, overrides: dict[str, Any], out_dir: Path | None,
     failed = [p["dir"] for p in result["points"] if p["status"] == "failed"]
     if failed:
         raise Fail(f"{len(failed)} of {len(points)} sweep points failed ({', '.join(failed)}); "
-                    f"see {root / 'sweep.json'}", 1)
+                   f"see {root / 'sweep.json'}", 1)
     out.print(f"sweep index: [bold]{root / 'sweep.json'}[/bold]; figures: populace report "
               f"{root}", soft_wrap=True)

@@ -40,7 +40,7 @@ def studio(
         raise Fail(f"--runs {runs}: no such directory", EXIT_CONFIG)
     if token is not None and not token.strip():
         raise Fail("--token: empty (give a token, or leave --token and "
-                    "POPULACE_STUDIO_TOKEN unset)", EXIT_CONFIG)
+                   "POPULACE_STUDIO_TOKEN unset)", EXIT_CONFIG)
     try:
         server = StudioServer(Runs(runs), host=host, port=port, token=token)
     except OSError as e:
@@ -86,7 +86,7 @@ def studio_beside(run_dir: RunDirectory, port: int) -> tuple[Any, Any, Any]:
     except OSError as e:
         run_dir.remove_if_empty()  # nothing ran: no empty run directory left behind
         raise Fail(f"studio: cannot listen on 127.0.0.1:{port}: {e.strerror} (choose another "
-                    "port with --studio-port)", 1) from None
+                   "port with --studio-port)", 1) from None
     server.start()
     out.print(f"studio: [bold]{server.url}#/run/{live.run_id}[/bold]", soft_wrap=True)
     return monitor, control, server
