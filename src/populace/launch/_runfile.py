@@ -20,6 +20,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import inspect
+import re
 import sys
 import traceback
 from dataclasses import dataclass
@@ -308,12 +309,14 @@ def parse_run_file(data: dict[str, Any], source: Path,
         raise ConfigError(f"{source}: settings: expected a mapping, got {settings!r}")
     settings = dict(settings)
     prefix = "settings." if settings else ""
+    top: set[str] = set()  # settings written at the top level
     for key in [k for k in data if k not in option_keys]:
         if key not in cls.Settings.model_fields:
             raise ConfigError(f"{source}: {_unknown(key, cls, option_keys)}")
         if key in settings:
             raise ConfigError(f"{source}: {key}: set both at the top and under settings:")
         settings[key] = data.pop(key)
+        top.add(key)
         prefix = ""  # a mistake is named as written: at the top
     if "rounds" in data and "steps" in data:
         raise ConfigError(f"{source}: rounds: give steps or rounds, not both")
@@ -335,11 +338,25 @@ def parse_run_file(data: dict[str, Any], source: Path,
     data = _model_files(data, source)
     options = _validate(RunOptions, {"name": cls.name, **cls.defaults, **data}, str(source), "")
     checked = _validate(cls.Settings, settings, str(source), prefix)
-    config = cls.check({**data, **settings}, str(source))
+    try:
+        config = cls.check(options, checked, str(source))
+    except ConfigError as e:
+        raise ConfigError(_as_written(str(e), str(source), top)) from None
     planned = cls.planned_steps(config)
     if planned is not None and "steps" not in data:
         options = options.model_copy(update={"steps": planned})
     return RunFile(source, options, cls, checked, _absolute(options.scenario, source), config)
+
+
+def _as_written(line: str, source: str, top: set[str]) -> str:
+    """A check's ``SOURCE: settings.KEY…`` line with the key named as the run file writes
+    it: ``KEY…`` when the file sets ``KEY`` at the top level."""
+    head = f"{source}: settings."
+    if line.startswith(head):
+        rest = line[len(head):]
+        if re.split(r"[.:\s]", rest, maxsplit=1)[0] in top:
+            return f"{source}: {rest}"
+    return line
 
 
 def _absolute(ref: str, source: Path) -> str:

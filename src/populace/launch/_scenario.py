@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from populace.results import RunData
 
     from ._run import Run
-    from ._runfile import RunFile
+    from ._runfile import RunFile, RunOptions
 
 #: The run options every scenario takes unless it says otherwise (``Scenario.options``).
 COMMON_OPTIONS = frozenset({"agents", "steps", "seed", "workers", "backend", "address"})
@@ -119,11 +119,21 @@ class Scenario:
 
     # -- hooks for what a class says about its runs (before any instance exists) ------------
     @classmethod
-    def check(cls, data: dict[str, Any], source: str) -> Any:
-        """Checks across the whole run file (``data``: its keys with overrides applied,
-        ``steps`` for the step count) beyond those of ``Settings``; raise
-        :class:`~populace.core.ConfigError` with one line. What it returns is
-        :attr:`Run.config` (None by default)."""
+    def check(cls, options: RunOptions, settings: Any, source: str) -> Any:
+        """Checks across the run options and the settings (both already validated, command
+        line overrides applied) beyond those ``Settings`` makes on its own: a setting
+        against ``agents``, ``models`` or the population. Raise
+        :class:`~populace.core.ConfigError` with one line, ``f"{source}: settings.KEY:
+        …"`` for a setting (the run file's name for it is put in: ``KEY`` alone when the
+        file sets it at the top level) or ``f"{source}: KEY: …"`` for a run option. What it
+        returns is :attr:`Run.config` (None by default).
+
+        >>> @classmethod                                            # doctest: +SKIP
+        ... def check(cls, options, settings, source):
+        ...     if settings.radius > options.agents:
+        ...         raise ConfigError(f"{source}: settings.radius: {settings.radius} is "
+        ...                           f"more than the {options.agents} agents")
+        """
         return None
 
     @classmethod

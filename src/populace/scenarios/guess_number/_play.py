@@ -214,10 +214,13 @@ class GuessNumber(Scenario):
         game: GameConfig = GameConfig()
 
     @classmethod
-    def check(cls, data: dict[str, Any], source: str) -> RunConfig:
+    def check(cls, options: RunOptions, settings: GuessNumber.Settings, source: str
+              ) -> RunConfig:
         """The whole run file as the game's :class:`RunConfig` (its cross-checks: models,
         shares, population, prompt fields)."""
-        data = {"rounds" if k == "steps" else k: v for k, v in data.items()}
+        data = options.model_dump(mode="json", exclude={"settings", "steps"})
+        data.update(scenario="guess_number", rounds=options.steps,
+                    **settings.model_dump(mode="json"))
         return validate(data, RunConfig, source)
 
     @classmethod

@@ -22,7 +22,7 @@ from pydantic import Field, model_validator
 from populace._strict import StrictModel
 from populace.config import key_text
 from populace.core import ConfigError, PerWorker, derive_seed
-from populace.launch import Run, RunFile, Scenario, ScenarioSettings, StudioView
+from populace.launch import Run, RunFile, RunOptions, Scenario, ScenarioSettings, StudioView
 from populace.population import PopulationConfig, largest_remainder
 from populace.results import atomic_write
 
@@ -160,15 +160,13 @@ class Social(Scenario):
         news: tuple[News, ...] = ()
 
     @classmethod
-    def check(cls, data: dict[str, Any], source: str) -> dict[str, Any]:
-        settings = cls.Settings.model_validate(
-            {k: v for k, v in data.items() if k in cls.Settings.model_fields})
-
+    def check(cls, options: RunOptions, settings: Social.Settings, source: str
+              ) -> dict[str, Any]:
         def fail(key: str, message: str) -> ConfigError:
             return ConfigError(f"{source}: settings.{key}: {message}")
 
-        population = data.get("population") or {}
-        aspects = set(population.get("aspects") or {}) if isinstance(population, dict) else set()
+        people = options.population
+        aspects = set(people.aspects) if people is not None else set()
         have = f"(aspects: {', '.join(sorted(aspects)) or 'none: add a population'})"
         if settings.graph.by is not None and settings.graph.by not in aspects:
             raise fail("graph.by", f"{settings.graph.by!r} is not an aspect of the population "
@@ -177,20 +175,19 @@ class Social(Scenario):
                 settings.graph.edges is None:
             raise fail("graph.homophily", "needs graph.by: (the aspect agents follow their "
                        "own kind by)")
-        people = PopulationConfig.model_validate(population) if population else None
         active = settings.active
         if isinstance(active, ActivitySettings) and active.by is not None:
             if active.by not in aspects or people is None:
                 raise fail("active.by", f"{active.by!r} is not an aspect of the population "
                            f"{have}")
             _check_shares(active, people, fail)
-        agents = data.get("agents", cls.defaults["agents"])
+        agents = options.agents
         most = (agents - 1) / 2  # agents follow earlier agents only: agent i at most i
         if settings.graph.edges is None and settings.graph.mean_degree > most:
             raise fail("graph.mean_degree", f"{settings.graph.mean_degree:g} follows per agent "
                        f"for {agents} agents (expected at most {most:g}: each agent follows "
                        "only agents that came before it)")
-        steps = data.get("steps", cls.defaults["steps"])
+        steps = options.steps
         for i, item in enumerate(settings.news):
             if item.step > steps:
                 raise fail(f"news.{i}.step", f"step {item.step} is after the last step "
@@ -202,15 +199,14 @@ class Social(Scenario):
                 raise fail(f"news.{i}.authors", f"{item.authors} authors for {pool} {who} "
                            f"(expected at most {pool})")
             for aspect, value in (item.where or {}).items():
-                if aspect not in aspects:
+                if aspect not in aspects or people is None:
                     raise fail(f"news.{i}.where.{aspect}", f"not an aspect of the "
                                f"population {have}")
-                spec = population["aspects"][aspect]
-                values = spec.get("values") if isinstance(spec, dict) else None
-                if isinstance(values, list | dict) and value not in map(str, values):
+                values = people.aspects[aspect].values
+                if values is not None and value not in map(str, values):
                     raise fail(f"news.{i}.where", f"no agent has {item.where}: "
                                f"{aspect} is one of {', '.join(map(str, values))}")
-        models = list(data.get("models") or {"dummy": None})
+        models = list(options.models)
         model = settings.model or (models[0] if len(models) == 1 else None)
         if settings.policy == "model":
             if model is None:
@@ -225,7 +221,7 @@ class Social(Scenario):
             if not edges.is_file():
                 raise fail("graph.edges", f"no such file {edges}")
             # read now: a bad row is refused before a run directory exists
-            graph = load_edge_list(edges, data.get("agents", cls.defaults["agents"]))
+            graph = load_edge_list(edges, agents)
         return {"model": model, "edges": edges, "graph": graph}
 
     @classmethod

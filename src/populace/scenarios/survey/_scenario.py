@@ -24,7 +24,15 @@ from pydantic import Field
 from populace.agents import persona_columns
 from populace.config import key_text
 from populace.core import ConfigError, derive_seed
-from populace.launch import Rows, Run, RunFile, Scenario, ScenarioSettings, StudioView
+from populace.launch import (
+    Rows,
+    Run,
+    RunFile,
+    RunOptions,
+    Scenario,
+    ScenarioSettings,
+    StudioView,
+)
 from populace.population import PopulationConfig
 
 from ._agents import ROW, SEP, Plan, Respondent
@@ -176,64 +184,58 @@ class Survey(Scenario):
                            "once (bounds the memory of answers in flight)")
 
     @classmethod
-    def check(cls, data: dict[str, Any], source: str) -> SurveyConfig:
+    def check(cls, options: RunOptions, settings: Survey.Settings, source: str
+              ) -> SurveyConfig:
         path = Path(source)
-        settings = data  # the settings' keys, with the run options beside them
-        questionnaire, where = load_questionnaire(settings["questionnaire"], path)
+        questionnaire, where = load_questionnaire(settings.questionnaire, path)
 
         def fail(key: str, message: str) -> ConfigError:
             return ConfigError(f"{source}: settings.{key}: {message}")
 
-        models = list(data.get("models") or {"dummy": None})
-        model = settings.get("model") or (models[0] if len(models) == 1 else None)
+        models = list(options.models)
+        model = settings.model or (models[0] if len(models) == 1 else None)
         if model is None:
             raise fail("model", f"several models are configured ({', '.join(models)}); name "
                        "the one that answers")
         if model not in models:
             raise fail("model", f"{model!r} is not under models: (have: {', '.join(models)})")
-        population = data.get("population") or {}
-        aspects = set((population.get("aspects") or {}) if isinstance(population, dict)
-                      else ())
-        if isinstance(population, dict) and population.get("backgrounds"):
+        people = options.population
+        aspects = set(people.aspects) if people is not None else set()
+        if people is not None and people.backgrounds.model is not None:
             aspects.add("background")
         have = f"(aspects: {', '.join(sorted(aspects)) or 'none'})"
-        people = PopulationConfig.model_validate(population) if population else None
-        persona = settings.get("persona")
-        if persona is not None:
-            _check_persona(persona, people, "background" in aspects, have, fail)
-        treatments = settings.get("treatments")
-        if treatments:
-            checked = Treatments.model_validate(treatments)
-            if checked.stratify_by is not None and checked.stratify_by not in aspects:
-                raise fail("treatments.stratify_by", f"{checked.stratify_by!r} is not an "
+        if settings.persona is not None:
+            _check_persona(settings.persona, people, "background" in aspects, have, fail)
+        treatments = settings.treatments
+        if treatments is not None:
+            if treatments.stratify_by is not None and treatments.stratify_by not in aspects:
+                raise fail("treatments.stratify_by", f"{treatments.stratify_by!r} is not an "
                            f"aspect of the population {have}")
             ids = {q.id for q in questionnaire.questions}
-            for name, arm in checked.arms.items():
+            for name, arm in treatments.arms.items():
                 key = f"treatments.arms.{name}.before"
                 for qid in arm.before or ():
                     if qid not in ids:
                         raise fail(key, f"{qid!r} is not a question of {Path(where).name}")
                 if arm.before and arm.message is None:
                     raise fail(key, "the arm has no message to show")
-        for aspect, shares in (settings.get("targets") or {}).items():
+        for aspect, shares in (settings.targets or {}).items():
             if aspect not in aspects or people is None or aspect not in people.aspects:
                 raise fail(f"targets.{aspect}", f"not an aspect of the population {have}")
             _check_targets(f"targets.{aspect}", shares, people, aspect, fail)
         reference = None
-        if settings.get("reference"):
+        if settings.reference:
             from ._analysis import read_reference
 
-            reference = (path.parent / settings["reference"]).resolve()
+            reference = (path.parent / settings.reference).resolve()
             # every row against the questionnaire and the profiles, before step 1 (the
             # report would fail on it, naming no file)
             columns: dict[str, Sequence[str] | None] = {"group": None, "model": None}
-            for name, aspect in (people.aspects if people is not None else {}).items():
-                columns[name] = None if aspect.kind == "numeric" or people is None \
-                    else people.values(name)
-            arms = (settings.get("treatments") or {}).get("arms") \
-                if isinstance(settings.get("treatments"), dict) else None
-            if arms:
-                columns["arm"] = [str(a) for a in arms]
+            for column, spec in (people.aspects if people is not None else {}).items():
+                columns[column] = None if spec.kind == "numeric" or people is None \
+                    else people.values(column)
+            if treatments is not None and treatments.arms:
+                columns["arm"] = [str(a) for a in treatments.arms]
             read_reference(reference, aspects=columns,
                            questions={q.id: q for q in questionnaire.questions})
         return SurveyConfig(questionnaire, model, where, reference)
