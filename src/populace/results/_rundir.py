@@ -160,35 +160,55 @@ def read_run_bytes(path: str | Path, limit: int = SMALL_LIMIT) -> bytes:
 THREADED_READ_BYTES = 8 << 20
 
 
+@contextmanager
+def open_arrow_file(path: str | Path) -> Iterator[pa.NativeFile]:
+    """Run file ``path``, checked as by :func:`open_run_file`, as a file Arrow reads itself.
+
+    Never a Python object: Arrow's threads would call into it (a Python file's ``read``,
+    the release of a ``bytes`` buffer), and a thread that needs the interpreter while it
+    shuts down is ended with ``pthread_exit``, which aborts the process ("terminate called
+    without an active exception", apache/arrow#34314: a few runs in a hundred of a
+    command that exits right after reading a table). Arrow opens the checked descriptor
+    again through ``/dev/fd``; where there is none, the bytes are copied into Arrow's
+    memory."""
+    with open_run_file(path) as f:
+        again = f"/dev/fd/{f.fileno()}"
+        if os.path.exists(again):
+            native: pa.NativeFile = pa.OSFile(again)
+        else:
+            buffer = pa.allocate_buffer(os.fstat(f.fileno()).st_size)
+            native = pa.BufferReader(buffer[:f.readinto(memoryview(buffer))])
+        with native:
+            yield native
+
+
+def _parquet_error(path: str | Path, error: BaseException) -> Exception:
+    """What a reader raises for ``error``: as it is when the file is absent or not a
+    regular file, else a DamagedRunFile naming the file."""
+    if isinstance(error, DamagedRunFile | FileNotFoundError):
+        return error
+    why = " ".join(str(error).split()) or type(error).__name__
+    return DamagedRunFile(f"{path}: not a readable Parquet file ({why})")
+
+
 def read_parquet(path: str | Path, **options: Any) -> pa.Table:
     """Parquet file ``path`` of a run directory; a file that is not one (cut short,
     garbage, not a regular file) is a DamagedRunFile naming it."""
     try:
-        # pyarrow reads a Python file object from its own threads (calling back into
-        # Python), and a read still in flight when the interpreter exits aborts the process
-        # ("terminate called without an active exception"): hand it the bytes instead.
-        with open_run_file(path) as f:
-            data = f.read()
-        # Nor may the process exit while Arrow's thread pool is still starting its threads
-        # (apache/arrow#34314: ~3% of `populace compare` runs that failed right after
-        # reading a small table aborted): a small file is decoded on this thread.
-        options.setdefault("use_threads", len(data) > THREADED_READ_BYTES)
-        return pq.read_table(pa.BufferReader(data), **options)
+        with open_arrow_file(path) as f:
+            # A small file is decoded on this thread: no pool to start for a few rows.
+            options.setdefault("use_threads", f.size() > THREADED_READ_BYTES)
+            return pq.read_table(f, **options)
     except (pa.ArrowException, ValueError, OSError) as e:
-        if isinstance(e, DamagedRunFile | FileNotFoundError):
-            raise
-        why = " ".join(str(e).split()) or type(e).__name__
-        raise DamagedRunFile(f"{path}: not a readable Parquet file ({why})") from None
+        raise _parquet_error(path, e) from None
 
 
 def _read_schema(path: Path) -> pa.Schema:
     try:
-        with open_run_file(path) as f:
+        with open_arrow_file(path) as f:
             return pq.read_schema(f)
     except (pa.ArrowException, ValueError, OSError) as e:
-        if isinstance(e, DamagedRunFile | FileNotFoundError):
-            raise
-        raise DamagedRunFile(f"{path}: not a readable Parquet file ({e})") from None
+        raise _parquet_error(path, e) from None
 
 
 def _sha256(path: Path) -> str | None:
@@ -531,12 +551,10 @@ class RunDirectory:
 def _rows(path: Path) -> int:
     """Rows of Parquet file ``path``, from its footer; DamagedRunFile when it has none."""
     try:
-        with open_run_file(path) as f:
+        with open_arrow_file(path) as f:
             return int(pq.read_metadata(f).num_rows)
     except (pa.ArrowException, ValueError, OSError) as e:
-        if isinstance(e, DamagedRunFile | FileNotFoundError):
-            raise
-        raise DamagedRunFile(f"{path}: not a readable Parquet file ({e})") from None
+        raise _parquet_error(path, e) from None
 
 
 def _only_table(run_dir: Path) -> str:

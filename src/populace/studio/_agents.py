@@ -33,7 +33,6 @@ from typing import Any, TypeGuard
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pydantic import ValidationError
 
 from populace.agents import Memory, PersonaOptions
@@ -502,10 +501,9 @@ def _message(message: Any) -> dict[str, Any]:
 
 def _questions(run: Path, agent_id: int) -> set[str]:
     """The questions ``agent_id`` was asked in interviews (``interviews.parquet``)."""
-    path = run / "interviews.parquet"
-    if not path.is_file():
+    table = RunDirectory(run).read_parquet("interviews.parquet")
+    if table is None:
         return set()
-    table = pq.read_table(pa.BufferReader(path.read_bytes()), columns=["agent_id", "question"])
     mine = table.filter(pc.equal(table.column("agent_id"), agent_id))
     return set(mine.column("question").to_pylist())
 
