@@ -87,7 +87,8 @@ API: dict[str, set[str]] = {
         "written_profiles", "intervene", "Scheduled"},
     "populace.results": {
         "Breakdown", "CheckpointError", "Comparison", "Report", "RunData", "RunDirectory",
-        "RunInUse", "RunMonitor", "RunSnapshot", "atomic_write", "error_kind", "headline",
+        "RunInUse", "RunMonitor", "RunSnapshot", "atomic_write", "checkpoint_files",
+        "error_kind", "headline",
         "latest_checkpoint", "load_run", "panel_grid", "plain_categories", "read_agent_state",
         "read_checkpoint", "new_run_dir",
         "read_partial", "read_summary", "read_table", "run_snapshot", "sweep_table",

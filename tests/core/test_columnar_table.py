@@ -503,11 +503,11 @@ async def test_the_monitor_counts_packed_and_object_batches_alike() -> None:
 
     def monitored(fill: Any) -> Any:
         monitor = RunMonitor(run_id="m")
-        monitor.run_started(name="m", agents=42, steps=1, low=0.0, high=50.0)
+        monitor.run_started(name="m", agents=42, steps=1, answer_range=(0.0, 50.0))
         pset: PlaceholderSet[Any] = PlaceholderSet(loop, 42, "players.reply()")
-        monitor.round_started(1, pset, _live)
+        monitor.step_started(1, pset, _live)
         fill(pset)
-        monitor.round_progress()
+        monitor.step_progress()
         pset.exceptions()
         return monitor.snapshot()
 

@@ -353,6 +353,6 @@ def test_every_file_of_a_run_honours_the_umask(
         assert code == 0, stderr
         files = [p for p in (out / oct(mask)).rglob("*") if p.is_file()]
         assert {p.name for p in files} >= {"summary.json", "config.yaml", "votes.parquet",
-                                           "votes-r00001.parquet", "round-00002.ckpt"}
+                                           "votes-r00001.parquet", "step-00002.ckpt"}
         assert {str(p): oct(p.stat().st_mode & 0o777) for p in files} == {
             str(p): oct(mode) for p in files}

@@ -38,7 +38,7 @@ async def test_a_run_writes_per_step_tables_summary_and_checkpoints(
         rows = votes.filter(pa.compute.equal(votes["step"], entry["step"]))
         assert entry["yes_share"] == pytest.approx(pa.compute.mean(rows["yes"].cast("int8"))
                                                    .as_py())
-    assert (tmp_path / "out" / "checkpoints" / "round-00003.ckpt").exists()
+    assert (tmp_path / "out" / "checkpoints" / "step-00003.ckpt").exists()
     assert read_summary(tmp_path / "out") == summary
 
 

@@ -207,7 +207,7 @@ async def test_an_intervention_changes_later_steps_and_resume_and_replay_repeat_
     summary["status"] = "interrupted"
     (cut / "summary.json").write_text(json.dumps(summary))
     for later in range(step, 5):
-        (cut / "checkpoints" / f"round-{later:05d}.ckpt").unlink(missing_ok=True)
+        (cut / "checkpoints" / f"step-{later:05d}.ckpt").unlink(missing_ok=True)
     await launch(load_run_file(path), RunDirectory(cut), resume=True)
     assert rows(cut).equals(changed)
 
@@ -244,7 +244,7 @@ async def test_a_fork_without_changes_repeats_the_later_steps(tmp_path: Path) ->
     path = game_file(tmp_path)
     await play(path, tmp_path / "orig")
     assert sorted(p.name for p in (tmp_path / "orig" / "checkpoints").iterdir()) == [
-        f"round-{t:05d}.ckpt" for t in range(1, 5)]  # every step's: any can be forked
+        f"step-{t:05d}.ckpt" for t in range(1, 5)]  # every step's: any can be forked
     run_file = fork(tmp_path / "orig", 2, {}, tmp_path / "same")
     summary = await launch(run_file, RunDirectory(tmp_path / "same"), resume=True)
     assert summary["status"] == "completed" and summary["forked_from"]["step"] == 2
@@ -309,7 +309,7 @@ async def test_the_games_run_file_keeps_checkpoints_and_a_fork_may_play_longer(
         tmp_path: Path) -> None:
     await play(game_file(tmp_path, keep_checkpoints=2), tmp_path / "two")
     assert sorted(p.name for p in (tmp_path / "two" / "checkpoints").iterdir()) == [
-        "round-00003.ckpt", "round-00004.ckpt"]
+        "step-00003.ckpt", "step-00004.ckpt"]
     await play(game_file(tmp_path), tmp_path / "all")
     for key in ("steps", "rounds"):
         run_file = fork(tmp_path / "all", 2, {key: 6}, tmp_path / f"long-{key}")

@@ -88,7 +88,7 @@ def test_signal_mid_round_stops_cleanly_then_resume(
     assert (out / "responses.parquet").exists()
     assert partial.num_rows == 2000 and set(partial.column("round").to_pylist()) == {1}
     # The checkpoint after round 1 is there and verifies.
-    round_no, state = read_checkpoint(out / "checkpoints" / "round-00001.ckpt")
+    round_no, state = read_checkpoint(out / "checkpoints" / "step-00001.ckpt")
     assert round_no == 1 and len(state["agents"]["participants"]) == 2000
     assert state["scenario"]["round"] == 1
 

@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from cli_helpers import run_in_process
-from populace.launch import AllAnswersFailed
+from populace.launch import AllAnswersFailed, checkpointed_steps, fork
 from populace.llm.offline import ServerOptions, running_server
-from populace.results import RunDirectory, read_summary, read_table
+from populace.results import RunDirectory, read_agent_state, read_summary, read_table
 from populace.scenarios.guess_number import RunConfig, play
 
 FAST = {"name": "resume", "seed": 21, "agents": 200, "rounds": 3, "workers": 2,
@@ -52,7 +52,7 @@ async def test_a_damaged_checkpoint_falls_back_to_the_one_before(
     tmp_path: Path, reference: list[dict[str, Any]],
 ) -> None:
     await fresh(tmp_path, FAST)
-    newest = tmp_path / "checkpoints" / "round-00003.ckpt"
+    newest = tmp_path / "checkpoints" / "step-00003.ckpt"
     data = bytearray(newest.read_bytes())
     data[-10] ^= 0xFF  # one flipped byte: the checksum no longer matches
     newest.write_bytes(bytes(data))
@@ -75,6 +75,42 @@ async def test_a_crash_between_checkpoint_and_summary(
     done = await resumed(tmp_path)
     assert done["resumed_from_step"] == 1
     assert rows(read_table(tmp_path)) == [r for r in reference if r["round"] <= 2]
+
+
+def as_older_versions_wrote_it(run_dir: Path) -> None:
+    """Checkpoints named and headed as before the rename: ``round-NNNNN.ckpt``, ``"round"``
+    (the checksum covers the body only)."""
+    for path in (run_dir / "checkpoints").glob("step-*.ckpt"):
+        line, body = path.read_bytes().split(b"\n", 1)
+        header = json.loads(line)
+        header["round"] = header.pop("step")
+        older = path.with_name(path.name.replace("step-", "round-"))
+        older.write_bytes(json.dumps(header).encode() + b"\n" + body)
+        path.unlink()
+
+
+async def test_an_older_versions_run_resumes_and_forks_to_the_same_tables(
+    tmp_path: Path, reference: list[dict[str, Any]],
+) -> None:
+    old = tmp_path / "old"
+    await fresh(old, FAST)
+    summary = read_summary(old)  # interrupted after step 1, by an older version
+    summary["status"], summary["steps"] = "interrupted", summary["steps"][:1]
+    (old / "summary.json").write_text(json.dumps(summary))
+    (old / "responses.parquet").unlink()
+    for later in (2, 3):
+        (old / "checkpoints" / f"step-{later:05d}.ckpt").unlink()
+    as_older_versions_wrote_it(old)
+    assert checkpointed_steps(old) == [1]
+    assert read_agent_state(old, 7) is not None
+    fork(old, 1, {}, tmp_path / "fork")  # before the resume: from the older checkpoint
+    done = await resumed(old)
+    assert done["resumed_from_step"] == 1
+    assert rows(read_table(old)) == reference
+    assert sorted(p.name for p in (old / "checkpoints").iterdir()) == [
+        "round-00001.ckpt", "step-00002.ckpt", "step-00003.ckpt"]
+    await resumed(tmp_path / "fork")
+    assert rows(read_table(tmp_path / "fork")) == reference
 
 
 async def test_resuming_a_finished_run_changes_nothing(
@@ -218,7 +254,7 @@ def interrupted_after_step_2(tmp_path: Path) -> RunDirectory:
     summary = read_summary(run_dir.path)
     summary.update(status="interrupted", steps=summary["steps"][:2])
     run_dir.write_summary(summary)
-    for gone in ("votes.parquet", "parts/votes-r00003.parquet", "checkpoints/round-00003.ckpt"):
+    for gone in ("votes.parquet", "parts/votes-r00003.parquet", "checkpoints/step-00003.ckpt"):
         (run_dir.path / gone).unlink()
     return run_dir
 

@@ -121,12 +121,12 @@ def test_no_checkpoint_and_states_that_are_not_the_launchers(tmp_path: Path) -> 
     write_checkpoint(tmp_path, 1, {"agents": list(range(20))})  # a plain list: no groups
     assert read_agent_state(tmp_path, 3) is None
     write_checkpoint(tmp_path, 2, "just text")
-    assert read_checkpoint(tmp_path / "checkpoints" / "round-00002.ckpt") == (2, "just text")
+    assert read_checkpoint(tmp_path / "checkpoints" / "step-00002.ckpt") == (2, "just text")
     assert read_agent_state(tmp_path, 3) is None
 
 
 def write_format_2(run_dir: Path, round_no: int, state: Any) -> Path:
-    """A checkpoint as the previous version wrote it: no index, one pickle."""
+    """A checkpoint as an older version wrote it: no index, one pickle, named by round."""
     body = pickle.dumps(({"": state}, {}), protocol=pickle.HIGHEST_PROTOCOL)
     header = json.dumps({"format": "populace-checkpoint/2", "round": round_no,
                          "bytes": len(body), "sha256": hashlib.sha256(body).hexdigest()})

@@ -326,7 +326,7 @@ def test_categories_prefer_labels_and_skip_what_is_no_category(tmp_path: Path) -
     }))
     rd.write_config({"population": {"aspects": {"region": {"values": ["south", "north",
                                                                       "east"]}}}})
-    rd.write_round("scores", 1, pa.table({"step": [1] * n, "agent_id": list(range(n)),
+    rd.write_step("scores", 1, pa.table({"step": [1] * n, "agent_id": list(range(n)),
                                           "score": [float(i) for i in range(n)]}))
     assert rd.holds_run() and rd.config_path == tmp_path / "config.yaml"
     run = load_run(tmp_path)

@@ -292,14 +292,14 @@ def test_a_million_agent_snapshot_stays_under_50_kb() -> None:
     for i in range(200):  # many environment keys: only the first MAX_ENV_KEYS are kept
         monitor.set_environment(f"market.price.{i}", {"mean": 1.5, "n": i})
     answers = FakeAnswers(n)
-    monitor.round_started(100, answers, measure)  # type: ignore[arg-type]
+    monitor.step_started(100, answers, measure)  # type: ignore[arg-type]
     rng = np.random.default_rng(0)
     sizes = []
     for chunk in range(100):
         values = rng.integers(0, 101, n // 100).astype(float).tolist()
         errors = [ModelError(f"kind {chunk % 40}: HTTP {500 + chunk % 4}")] * 3
         answers.deliver(values[:-3], errors)
-        monitor.round_progress(stats(workers, n, endpoints=64))
+        monitor.step_progress(stats(workers, n, endpoints=64))
         monitor.refresh(stats(workers, n, endpoints=64), force=True)
         sizes.append(size(monitor.snapshot()))
     assert max(sizes) < LIMIT, max(sizes)
@@ -334,7 +334,7 @@ def test_snapshots_reuse_what_refresh_computed() -> None:
     # A snapshot must not redo per-worker or per-agent work: that is done once per refresh.
     # (Counted, not timed, so that a slow machine cannot fail it.)
     monitor = RunMonitor()
-    monitor.run_started(name="x", agents=10, rounds=1)
+    monitor.run_started(name="x", agents=10, steps=1)
     big = stats(64, 1_000_000, 8)
     counted = dataclasses.replace(big, workers=CountedWorkers(big.workers))
     CountedWorkers.walks = 0
@@ -434,10 +434,10 @@ def test_a_restarted_run_is_shown_again() -> None:
 def test_metrics_are_every_scalar_of_an_entry() -> None:
     monitor = RunMonitor()
     monitor.run_started(name="x", agents=10, steps=3)
-    monitor.round_finished({"step": 1, "share": np.float64(0.25), "count": np.int64(3),
+    monitor.step_finished({"step": 1, "share": np.float64(0.25), "count": np.int64(3),
                             "ok": True, "when": "2024-03-02" + "x" * 100, "gone": float("nan"),
                             "nested": {"a": 1}, "listed": [1, 2]})
-    monitor.round_finished({"round": 2, "share": 0.5, "extra": 7})  # older runs of the game
+    monitor.step_finished({"round": 2, "share": 0.5, "extra": 7})  # older runs of the game
     snap = monitor.snapshot()
     assert snap.series.steps == (1, 2) and snap.step == 2 and snap.steps_done == 2
     assert snap.series.metrics == {"share": (0.25, 0.5), "count": (3, None),
@@ -449,15 +449,15 @@ def test_metrics_are_every_scalar_of_an_entry() -> None:
 
 def test_without_a_range_the_live_histogram_follows_the_answers() -> None:
     monitor = RunMonitor()
-    monitor.run_started(name="x", agents=10_000, steps=1)  # no low/high: any numbers
+    monitor.run_started(name="x", agents=10_000, steps=1)  # no answer_range: any numbers
     answers = FakeAnswers(10_000)
-    monitor.round_started(1, answers, measure)  # type: ignore[arg-type]
+    monitor.step_started(1, answers, measure)  # type: ignore[arg-type]
     rng = np.random.default_rng(1)
     batches = [rng.integers(0, 10, 1000), rng.normal(50, 5, 3000), rng.normal(-400, 50, 3000),
                rng.uniform(1e4, 2e4, 3000)]
     for batch in batches:
         answers.deliver(batch.astype(float).tolist())
-        monitor.round_progress()
+        monitor.step_progress()
         h = monitor.snapshot().answers
         assert len(h.counts) == AUTO_BINS and len(h.edges) == AUTO_BINS + 1
     everything = np.concatenate(batches).astype(float)
@@ -465,7 +465,7 @@ def test_without_a_range_the_live_histogram_follows_the_answers() -> None:
     # Widening merged bins exactly: the counts are those of one histogram over the end edges.
     assert list(h.counts) == np.histogram(everything, bins=np.asarray(h.edges))[0].tolist()
     assert h.edges[0] <= everything.min() and h.edges[-1] >= everything.max()
-    monitor.round_started(2, FakeAnswers(5), measure)  # type: ignore[arg-type]
+    monitor.step_started(2, FakeAnswers(5), measure)  # type: ignore[arg-type]
     assert monitor.snapshot().answers.counts == ()  # a new step starts a new range
 
 

@@ -81,7 +81,7 @@ def test_create_refuses_a_directory_with_a_summary(tmp_path: Path) -> None:
 
 
 def test_create_refuses_a_directory_with_round_files(tmp_path: Path) -> None:
-    RunDirectory.create(tmp_path).write_round("responses", 1, _round(1))
+    RunDirectory.create(tmp_path).write_step("responses", 1, _round(1))
     with pytest.raises(FileExistsError, match=str(tmp_path)):
         RunDirectory.create(tmp_path)
 
@@ -107,9 +107,9 @@ def test_write_config_profiles_and_summary(tmp_path: Path) -> None:
 
 
 # -- rounds, consolidation, read_table -----------------------------------------------------------
-def test_write_round_names_files_by_round(tmp_path: Path) -> None:
+def test_write_step_names_files_by_step(tmp_path: Path) -> None:
     rd = RunDirectory.create(tmp_path)
-    path = rd.write_round("responses", 7, _round(7))
+    path = rd.write_step("responses", 7, _round(7))
     assert path == tmp_path / "parts" / "responses-r00007.parquet"
     assert pq.read_table(path).equals(_round(7))
     assert _leftovers(tmp_path) == []
@@ -119,8 +119,8 @@ def test_consolidate_joins_rounds_in_order(tmp_path: Path) -> None:
     rd = RunDirectory.create(tmp_path)
     # Written out of order, and past round 9 so that names must sort numerically.
     for r in (10, 2, 1):
-        rd.write_round("responses", r, _round(r))
-    rd.write_round("other", 1, _round(99))
+        rd.write_step("responses", r, _round(r))
+    rd.write_step("other", 1, _round(99))
     out = rd.consolidate("responses")
     assert out == tmp_path / "responses.parquet"
     table = pq.read_table(out)
@@ -142,8 +142,8 @@ def test_consolidate_without_rounds_returns_none(tmp_path: Path) -> None:
 
 def test_read_table_falls_back_to_round_files(tmp_path: Path) -> None:
     rd = RunDirectory.create(tmp_path)
-    rd.write_round("responses", 1, _round(1))
-    rd.write_round("responses", 2, _round(2, n=2))
+    rd.write_step("responses", 1, _round(1))
+    rd.write_step("responses", 2, _round(2, n=2))
     # No consolidation: a run that crashed after round 2.
     table = read_table(str(tmp_path), "responses")
     assert table.num_rows == 5
@@ -153,9 +153,9 @@ def test_read_table_falls_back_to_round_files(tmp_path: Path) -> None:
 
 def test_read_table_prefers_the_consolidated_file(tmp_path: Path) -> None:
     rd = RunDirectory.create(tmp_path)
-    rd.write_round("responses", 1, _round(1))
+    rd.write_step("responses", 1, _round(1))
     rd.consolidate("responses")
-    rd.write_round("responses", 2, _round(2))  # a stray part after consolidation
+    rd.write_step("responses", 2, _round(2))  # a stray part after consolidation
     assert read_table(tmp_path).column("round").to_pylist() == [1, 1, 1]
 
 
@@ -171,8 +171,8 @@ def test_read_table_without_any_file(tmp_path: Path) -> None:
 
 def test_a_table_whose_name_extends_another_keeps_its_own_steps(tmp_path: Path) -> None:
     rd = RunDirectory.create(tmp_path)
-    rd.write_round("votes", 1, _round(1))
-    rd.write_round("votes-r", 2, _round(2))  # "votes-r*" must not catch its files
+    rd.write_step("votes", 1, _round(1))
+    rd.write_step("votes-r", 2, _round(2))  # "votes-r*" must not catch its files
     assert rd.part_steps("votes") == [1] and rd.part_steps("votes-r") == [2]
     assert read_table(tmp_path, "votes").column("round").to_pylist() == [1, 1, 1]
 
@@ -184,8 +184,8 @@ def test_the_directory_reads_back_what_it_wrote(tmp_path: Path) -> None:
     rd.write_config({"scenario": "x.py:X", "steps": 2})
     profiles = pa.table({"agent_id": pa.array([0, 1, 2], pa.int64()), "kind": ["a", "b", "a"]})
     rd.write_profiles(profiles)
-    rd.write_round("flips", 1, _round(1))
-    rd.write_round("flips", 2, _round(2))
+    rd.write_step("flips", 1, _round(1))
+    rd.write_step("flips", 2, _round(2))
     assert rd.read_config() == {"scenario": "x.py:X", "steps": 2}
     assert rd.read_profiles().equals(profiles)
     assert rd.table_names() == ["flips"]  # profiles.parquet is no table
@@ -202,7 +202,7 @@ def test_the_directory_reads_back_what_it_wrote(tmp_path: Path) -> None:
 
 def test_a_consolidated_table_without_step_files_is_found(tmp_path: Path) -> None:
     rd = RunDirectory.create(tmp_path)
-    rd.write_round("answers", 1, _round(1))
+    rd.write_step("answers", 1, _round(1))
     rd.consolidate("answers")
     rd.write_profiles(pa.table({"agent_id": [0]}))
     (tmp_path / "parts" / "answers-r00001.parquet").unlink()
@@ -246,7 +246,7 @@ def test_every_file_of_a_run_directory_honours_the_umask(tmp_path: Path, umask: 
     rd.write_config({"name": "modes"})
     rd.write_summary({"status": "completed"})
     rd.write_profiles(pa.table({"agent_id": [0, 1, 2]}))
-    rd.write_round("numbers", 1, _round(1))
+    rd.write_step("numbers", 1, _round(1))
     rd.write_partial("numbers", 2, _round(2))
     rd.consolidate("numbers")
     atomic_write(rd.path / "extra.json", b"{}")

@@ -30,7 +30,14 @@ from cli_helpers import environment, populace, run_in_process
 from populace.core import derive_seed
 from populace.launch import launch, load_run_file
 from populace.llm.offline import ServerOptions, running_server
-from populace.results import RunDirectory, RunMonitor, read_summary, read_table, run_snapshot
+from populace.results import (
+    RunDirectory,
+    RunMonitor,
+    checkpoint_files,
+    read_summary,
+    read_table,
+    run_snapshot,
+)
 from populace.scenarios.social import Graph
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,10 +134,7 @@ def undisturbed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def checkpointed(out: Path) -> list[int]:
-    folder = out / "checkpoints"
-    if not folder.is_dir():
-        return []
-    return sorted(int(p.name[6:11]) for p in folder.glob("round-*.ckpt"))
+    return list(checkpoint_files(out))
 
 
 def steps_done(out: Path) -> int:
@@ -534,14 +538,14 @@ def test_the_studio_shows_each_step_of_a_social_run_while_it_runs(
     write(tmp_path / "live.yaml", STUDIO)
     arrived: queue.Queue[int] = queue.Queue()
     go = threading.Semaphore(0)
-    original = RunMonitor.round_finished
+    original = RunMonitor.step_finished
 
     def held(self: RunMonitor, entry: Any, stats: Any = None) -> None:
         original(self, entry, stats)
         arrived.put(int(entry["step"]))
         go.acquire(timeout=30)
 
-    monkeypatch.setattr(RunMonitor, "round_finished", held)
+    monkeypatch.setattr(RunMonitor, "step_finished", held)
     runs = Runs(tmp_path / "runs", roots=[tmp_path])
     client = testclient.TestClient(create_app(runs, interval=0.1),
                                    base_url="http://127.0.0.1:8765")

@@ -456,7 +456,7 @@ def test_kill_9_mid_wave_then_resume_equals_an_undisturbed_run(tmp_path: Path) -
     path, out = write(tmp_path / "killed", THREE_WAVES, models=slow), tmp_path / "out"
     kill_9_after(tmp_path / "stdout.txt", "step 1/3:", 0.3,  # inside wave 2
                  "run", path, "--out", out)
-    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["round-00001.ckpt"]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00001.ckpt"]
     assert sorted(p.name for p in (out / "parts").iterdir()) == ["answers-r00001.parquet"]
 
     done = populace("run", "--resume", out)

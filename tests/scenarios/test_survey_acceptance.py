@@ -337,14 +337,14 @@ def test_kill_9_mid_wave_against_serve_llm_then_resume(tmp_path: Path) -> None:
                                     stderr=subprocess.STDOUT, env=environment())
         try:
             first = out / "parts" / "answers-r00001.parquet"
-            checkpoint = out / "checkpoints" / "round-00001.ckpt"
+            checkpoint = out / "checkpoints" / "step-00001.ckpt"
             wait_for("wave 1", lambda: first.exists() and checkpoint.exists(), proc, log)
             time.sleep(0.3)  # inside wave 2
             os.kill(proc.pid, signal.SIGKILL)
             assert proc.wait(timeout=30) == -signal.SIGKILL
         finally:
             stop(proc)
-        assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["round-00001.ckpt"]
+        assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00001.ckpt"]
         assert sorted(p.name for p in (out / "parts").iterdir()) == ["answers-r00001.parquet"]
 
         done = populace("run", "--resume", out)

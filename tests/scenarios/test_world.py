@@ -102,13 +102,13 @@ async def test_resume_restores_the_environment(tmp_path: Path) -> None:
     config = make_config(agents=12, rounds=2, workers=1, game={"groups": 2, "group_play": True})
     run = RunDirectory.create(tmp_path / "run")
     monitor = RunMonitor()
-    real_finished = monitor.round_finished
+    real_finished = monitor.step_finished
 
     def stop_after_round_one(entry: dict[str, Any], stats: Any) -> None:
         real_finished(entry, stats)
         monitor.request_stop()
 
-    monitor.round_finished = stop_after_round_one  # type: ignore[method-assign]
+    monitor.step_finished = stop_after_round_one  # type: ignore[method-assign]
     summary = await play(config, run, monitor=monitor)
     assert summary["status"] == "stopped" and len(summary["steps"]) == 1
 

@@ -51,7 +51,7 @@ def track_tasks(loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
     (a task factory wrapping the loop's own); returns a function putting the old one back.
 
     Steps note their agent in a plain attribute, not a context variable (setting one per
-    step cost a tenth of a million-agent round), so Tasks, which copy the context they are
+    step cost a tenth of a million-agent step), so Tasks, which copy the context they are
     created in, are given one that names the agent.
     """
     previous = loop.get_task_factory()

@@ -106,7 +106,7 @@ class AgentGroup:
     Group operations send one batched request per worker and return a
     :class:`PlaceholderSet` holding every member's result in member order.
 
-    >>> async def round_(group, msg):
+    >>> async def step(group, msg):
     ...     answers = await group.broadcast(msg)   # list, one per member
     """
 

@@ -363,7 +363,7 @@ class PlaceholderSet(_Awaitable, Generic[T]):
     def finished(self) -> tuple[list[int], list[T | BaseException]]:
         """The members done so far, in member order, with each one's value or error.
 
-        For saving a part of a long operation before it ends (a checkpoint inside a round,
+        For saving a part of a long operation before it ends (a checkpoint inside a step,
         a clean stop); does not mark errors as seen.
         """
         self._unpack()

@@ -437,7 +437,7 @@ def _cause(error: BaseException) -> str:
 
     if isinstance(error, ActorUnavailableError):
         # Ray's words ("temporarily unavailable … RpcError") suggest waiting; a worker that
-        # cannot be reached mid-round has lost its calls either way.
+        # cannot be reached mid-step has lost its calls either way.
         return "unreachable (its process or its node is gone)"
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__

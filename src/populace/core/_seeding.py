@@ -2,7 +2,7 @@
 
 A million agents cannot each hold a ``random.Random`` (2.5 KB apiece), and seeding one per
 call is slow. Instead every consumer derives a 63-bit seed from the run seed and the
-coordinates of its use (agent id, round, call number) with SplitMix64, which is cheap,
+coordinates of its use (agent id, step, call number) with SplitMix64, which is cheap,
 stateless and independent of scheduling order.
 """
 
@@ -42,7 +42,7 @@ def seed_for(base: int, index: int) -> int:
     """The seed of member ``index`` under ``base`` (itself from :func:`derive_seed`).
 
     One mix instead of :func:`derive_seed`'s one per part: for per-agent seeds in a hot
-    loop, derive ``base`` once per round and call this per agent. Distinct indices give
+    loop, derive ``base`` once per step and call this per agent. Distinct indices give
     distinct seeds (SplitMix64 is a bijection).
     """
     return mix64(base ^ index) >> 1

@@ -483,7 +483,7 @@ async def _step(run: Run, scenario: Scenario, t: int, summary: dict[str, Any],
     entry["wall_s"] = round(time.perf_counter() - t0, 4)
     if run.run_dir is not None:
         for name, table in tables.items():
-            path = run.run_dir.write_round(name, t, table)
+            path = run.run_dir.write_step(name, t, table)
             run.digests[path.name] = run.run_dir.part_digest(name, t)
             run.run_dir.clear_partial(name)
     summary["tables"] = sorted({*summary["tables"], *tables})
@@ -498,7 +498,7 @@ async def _step(run: Run, scenario: Scenario, t: int, summary: dict[str, Any],
         observer.step_finished(t, entry)
     if monitor is not None:
         await _show_environment(run, monitor)
-        monitor.round_finished(entry, run.sim.statistics())
+        monitor.step_finished(entry, run.sim.statistics())
     return True
 
 
@@ -539,8 +539,8 @@ async def _attempt(run_file: RunFile, run_dir: RunDirectory | None,
     for observer in observers:
         observer.run_started(run_file, summary)
     if monitor is not None:
-        lo, hi = run_file.scenario.live_range(run_file) or (None, None)
-        monitor.run_started(name=o.name, agents=o.agents, steps=o.steps, low=lo, high=hi,
+        monitor.run_started(name=o.name, agents=o.agents, steps=o.steps,
+                            answer_range=run_file.scenario.live_range(run_file),
                             workers=o.workers, backend=o.backend, models=sorted(o.models),
                             history=summary["steps"],
                             run_dir=run_dir.path if run_dir is not None else None)

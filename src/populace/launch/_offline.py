@@ -3,9 +3,9 @@ fact, and forks — a new run that continues from a step's checkpoint with other
 
 Both start from what the run directory holds: ``config.yaml`` (the run as it was
 configured), ``profiles.parquet`` (backgrounds included, never written again) and
-``checkpoints/round-NNNNN.ckpt``. Only the newest checkpoints are kept unless the run
-file says ``keep_checkpoints: all`` (the default); a step whose checkpoint is gone is
-named in the error with the steps that can be used.
+``checkpoints/step-NNNNN.ckpt`` (``round-NNNNN.ckpt`` in older runs). Only the newest
+checkpoints are kept unless the run file says ``keep_checkpoints: all`` (the default); a
+step whose checkpoint is gone is named in the error with the steps that can be used.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from populace.core import ConfigError, Simulation
-from populace.results import CheckpointError, RunDirectory, read_checkpoint
+from populace.results import CheckpointError, RunDirectory, checkpoint_files, read_checkpoint
 
 from . import _interventions
 from ._inputs import INPUTS, check_inputs
@@ -41,15 +41,15 @@ def _config(run_dir: Path) -> dict[str, Any]:
 
 
 def checkpointed_steps(run_dir: Path) -> list[int]:
-    folder = Path(run_dir) / "checkpoints"
-    return sorted(int(p.name[6:11]) for p in folder.glob("round-*.ckpt")
-                  if p.name[6:11].isdigit())
+    """The steps of ``run_dir`` that have a checkpoint, in order."""
+    return list(checkpoint_files(run_dir))
 
 
 def checkpoint_at(run_dir: Path, step: int | None) -> tuple[int, Any]:
     """``(step, state)`` of ``run_dir``'s checkpoint after ``step`` (None: the newest);
     ConfigError naming the steps that have one when it is missing or damaged."""
-    steps = checkpointed_steps(run_dir)
+    files = checkpoint_files(run_dir)
+    steps = list(files)
     if not steps:
         raise ConfigError(f"{run_dir}: no checkpoint (the run finished no step)")
     want = steps[-1] if step is None else step
@@ -57,7 +57,7 @@ def checkpoint_at(run_dir: Path, step: int | None) -> tuple[int, Any]:
     if want not in steps:
         raise ConfigError(f"{run_dir}: step {want} has no checkpoint (steps with one: {have})")
     try:
-        return read_checkpoint(Path(run_dir) / "checkpoints" / f"round-{want:05d}.ckpt")
+        return read_checkpoint(files[want])
     except CheckpointError as e:
         raise ConfigError(f"{e}; steps with a checkpoint: {have}") from None
 
@@ -171,8 +171,8 @@ def fork(source: Path, at: int, sets: Mapping[str, Any], target: Path, *,
             if (source / name).is_file():
                 shutil.copy2(source / name, target / name)
         (target / "checkpoints").mkdir(exist_ok=True)
-        ckpt = f"round-{at:05d}.ckpt"
-        shutil.copy2(source / "checkpoints" / ckpt, target / "checkpoints" / ckpt)
+        ckpt = checkpoint_files(source)[at]  # an older run's keeps its name: both are read
+        shutil.copy2(ckpt, target / "checkpoints" / ckpt.name)
         parts = source / "parts"
         if parts.is_dir():
             (target / "parts").mkdir(exist_ok=True)

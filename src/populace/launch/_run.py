@@ -482,7 +482,7 @@ class Run:
         if as_table:
             answers.prefer_columns()
         if self._monitor is not None:
-            self._monitor.round_started(self.step, answers, measure or as_numbers)
+            self._monitor.step_started(self.step, answers, measure or as_numbers)
         self._collecting = (answers, partial)
         saved_at = time.monotonic()
         every = 60 * self.options.checkpoint_minutes
@@ -509,7 +509,7 @@ class Run:
             if partial is not None and time.monotonic() - saved_at >= every:
                 self.save_partial()
                 saved_at = time.monotonic()
-            if self._monitor is not None and self._monitor.round_progress(self.sim.statistics()):
+            if self._monitor is not None and self._monitor.step_progress(self.sim.statistics()):
                 raise StepAbandoned()
         self._collecting = None
         if answers.n_failed:  # only the failures are looked at, never a million answers

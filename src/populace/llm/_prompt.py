@@ -23,7 +23,7 @@ def conversation(shared: str, ask: str, *, persona: str | None = None,
                  history: Sequence[ChatMessage] = (),
                  layout: Layout = "shared_first") -> list[ChatMessage]:
     """The messages of one call: ``shared`` (text every agent is told alike: rules,
-    instructions, the round's state), the agent's ``persona``, its ``history`` (earlier
+    instructions, the step's state), the agent's ``persona``, its ``history`` (earlier
     turns) and the ``ask`` that ends it.
 
     ``shared_first`` (the default): a system message with ``shared``, a system message with

@@ -11,6 +11,7 @@ when drawing.
 
 from ._checkpoint import (
     CheckpointError,
+    checkpoint_files,
     latest_checkpoint,
     read_agent_state,
     read_checkpoint,
@@ -45,6 +46,7 @@ __all__ = [
     "RunMonitor",
     "RunSnapshot",
     "atomic_write",
+    "checkpoint_files",
     "error_kind",
     "headline",
     "latest_checkpoint",

@@ -1,10 +1,12 @@
 """Checkpoints: the state a run needs to continue, written atomically and checksummed.
 
-A checkpoint is one file per completed round, ``RUN_DIR/checkpoints/round-NNNNN.ckpt``:
-a small header line (format, SHA-256 of the body, body length) followed by the pickled body.
-It is written to a temporary file, fsynced and renamed, so a crash leaves either the previous
-checkpoint or the new one; a damaged file is detected by its checksum on load and the loader
-falls back to the previous round.
+A checkpoint is one file per completed step, ``RUN_DIR/checkpoints/step-NNNNN.ckpt``:
+a small header line (format, step, SHA-256 of the body, body length) followed by the pickled
+body. It is written to a temporary file, fsynced and renamed, so a crash leaves either the
+previous checkpoint or the new one; a damaged file is detected by its checksum on load and
+the loader falls back to the previous step. Earlier versions named the files
+``round-NNNNN.ckpt`` and the header's step ``round``: both are still read (and counted when
+older checkpoints are pruned), so their runs resume, fork and replay as before.
 
 The body (format 3) is a sequence of pickles: the head (the state with its large lists left
 out), the lists in slices of :data:`SLICE` items (every list of agents' states under
@@ -43,8 +45,40 @@ class CheckpointError(PopulaceError):
     """A checkpoint file is missing, truncated or fails its checksum."""
 
 
-def _path(run_dir: Path, round_no: int) -> Path:
-    return run_dir / "checkpoints" / f"round-{round_no:05d}.ckpt"
+_PREFIXES = ("step-", "round-")  # the name written, then the one of older runs
+
+
+def _path(run_dir: Path, step: int) -> Path:
+    return run_dir / "checkpoints" / f"{_PREFIXES[0]}{step:05d}.ckpt"
+
+
+def _files(directory: Path) -> list[tuple[int, Path]]:
+    """Every checkpoint file in ``directory`` as ``(step, path)``, oldest first; of two
+    files for one step (an older run's and this version's), this version's last."""
+    found = []
+    for kind, prefix in enumerate(_PREFIXES):
+        for path in directory.glob(f"{prefix}*.ckpt"):
+            number = path.name[len(prefix):-len(".ckpt")]
+            if number.isdigit():
+                found.append((int(number), -kind, path))
+    return [(step, path) for step, _, path in sorted(found)]
+
+
+def checkpoint_files(run_dir: str | Path) -> dict[int, Path]:
+    """The checkpoint file of each step that has one, by step, oldest first: this
+    version's ``step-NNNNN.ckpt`` or an older run's ``round-NNNNN.ckpt``.
+
+    >>> checkpoint_files("runs/demo")  # doctest: +SKIP
+    {2: PosixPath('runs/demo/checkpoints/step-00002.ckpt'), 3: PosixPath(...)}
+    """
+    return dict(_files(Path(run_dir) / "checkpoints"))
+
+
+def _step_of(path: Path, header: dict[str, Any]) -> int:
+    step = header.get("step", header.get("round"))  # "round": older runs
+    if not isinstance(step, int) or isinstance(step, bool):
+        raise CheckpointError(f"{path}: not a populace checkpoint (no step number)")
+    return step
 
 
 #: Items pickled per call. One ``pickle.dumps`` of a million agents' states holds the GIL
@@ -144,9 +178,9 @@ def _loads_2(stream: io.BytesIO) -> Any:
     return state
 
 
-def write_checkpoint(run_dir: str | Path, round_no: int, state: Any, *,
+def write_checkpoint(run_dir: str | Path, step: int, state: Any, *,
                      keep: int | None = 2, ids: IdsByGroup | None = None) -> Path:
-    """Persist ``state`` as the checkpoint after ``round_no``; durable once this returns.
+    """Persist ``state`` as the checkpoint after ``step``; durable once this returns.
     ``keep``: how many of the newest checkpoints stay (None: all, so that any step can be
     forked or interviewed; at least 2, a spare in case the newest is damaged).
 
@@ -156,10 +190,10 @@ def write_checkpoint(run_dir: str | Path, round_no: int, state: Any, *,
     numbering: consecutive ids from 0, group after group in the order of ``state["agents"]``.
     """
     body, index = _dumps(state, ids)
-    header = json.dumps({"format": _MAGIC, "round": round_no, "bytes": len(body),
+    header = json.dumps({"format": _MAGIC, "step": step, "bytes": len(body),
                          "sha256": hashlib.sha256(body).hexdigest(),
                          "index": index}).encode() + b"\n"
-    path = _path(Path(run_dir), round_no)
+    path = _path(Path(run_dir), step)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as f:
@@ -168,8 +202,8 @@ def write_checkpoint(run_dir: str | Path, round_no: int, state: Any, *,
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    if keep is not None:  # older checkpoints are superseded
-        for old in sorted(path.parent.glob("round-*.ckpt"))[:-max(2, keep)]:
+    if keep is not None:  # older checkpoints are superseded, an older run's among them
+        for _, old in _files(path.parent)[:-max(2, keep)]:
             old.unlink(missing_ok=True)
     return path
 
@@ -185,7 +219,7 @@ def _body_size(p: Path, header: Any, size: int) -> int:
 
 
 def read_checkpoint(path: str | Path) -> tuple[int, Any]:
-    """``(round, state)`` from one checkpoint file, verified; raises CheckpointError.
+    """``(step, state)`` from one checkpoint file, verified; raises CheckpointError.
     A checkpoint that is not a regular file (a FIFO, a link to a device) is a
     DamagedRunFile: never read, never skipped as if it were merely damaged."""
     p = Path(path)
@@ -202,25 +236,23 @@ def read_checkpoint(path: str | Path) -> tuple[int, Any]:
         raise CheckpointError(f"{p}: unreadable checkpoint ({e})") from None
     if len(body) != n or hashlib.sha256(body).hexdigest() != header.get("sha256"):
         raise CheckpointError(f"{p}: checksum mismatch (the file is damaged)")
-    round_no = header.get("round")
-    if not isinstance(round_no, int) or isinstance(round_no, bool):
-        raise CheckpointError(f"{p}: not a populace checkpoint (no round number)")
-    return round_no, _loads(body, header["format"])
+    return _step_of(p, header), _loads(body, header["format"])
 
 
 def latest_checkpoint(run_dir: str | Path, up_to: int | None = None) -> tuple[int, Any] | None:
-    """The newest valid checkpoint at or before round ``up_to`` (any round if None)."""
+    """The newest valid checkpoint at or before step ``up_to`` (any step if None), as
+    ``(step, state)``."""
     directory = Path(run_dir) / "checkpoints"
     if os.path.lexists(directory) and not directory.is_dir():
         raise DamagedRunFile(f"{directory}: not a directory (the run's checkpoints belong "
                              "there); restore it, or start the run again")
-    for path in sorted(directory.glob("round-*.ckpt"), reverse=True):
+    for _, path in reversed(_files(directory)):
         try:
-            round_no, state = read_checkpoint(path)
+            step, state = read_checkpoint(path)
         except CheckpointError:
             continue
-        if up_to is None or round_no <= up_to:
-            return round_no, state
+        if up_to is None or step <= up_to:
+            return step, state
     return None
 
 
@@ -246,10 +278,8 @@ def read_agent_state(run_dir: str | Path, agent_id: int, step: int | None = None
     run = Path(run_dir)
     if not -(2**63) <= agent_id < 2**63:
         return None
-    if step is not None:
-        paths = [_path(run, step)]
-    else:
-        paths = sorted((run / "checkpoints").glob("round-*.ckpt"), reverse=True)
+    found = _files(run / "checkpoints")
+    paths = [p for s, p in reversed(found) if step is None or s == step]
     for path in paths:
         try:
             return _agent_in(path, agent_id)
@@ -265,9 +295,7 @@ def _agent_in(path: Path, agent_id: int) -> tuple[int, str, Any] | None:
             line = f.readline(4096)
             header = json.loads(line)
             _body_size(path, header, size - len(line))
-            round_no = header.get("round")
-            if not isinstance(round_no, int) or isinstance(round_no, bool):
-                raise CheckpointError(f"{path}: not a populace checkpoint (no round number)")
+            step = _step_of(path, header)
             if header["format"] == _OLD:
                 return _agent_in_whole(path, agent_id)
             index = pickle.loads(_part(f, path, len(line), header.get("index")))
@@ -281,7 +309,7 @@ def _agent_in(path: Path, agent_id: int) -> tuple[int, str, Any] | None:
     except (OSError, ValueError, LookupError, TypeError, EOFError, pickle.UnpicklingError) as e:
         raise _Damaged(f"{path}: unreadable checkpoint ({e})") from None
     try:
-        return round_no, label, pickle.loads(data)[pos - entry[0]]
+        return step, label, pickle.loads(data)[pos - entry[0]]
     except Exception as e:  # the user's classes, say: one line for the viewer
         raise CheckpointError(f"{path}: cannot read the state of agent {agent_id} here "
                               f"({type(e).__name__}: {e})") from None
@@ -289,12 +317,12 @@ def _agent_in(path: Path, agent_id: int) -> tuple[int, str, Any] | None:
 
 def _agent_in_whole(path: Path, agent_id: int) -> tuple[int, str, Any] | None:
     """From a format-2 checkpoint (no index): the whole file, the launcher's numbering."""
-    round_no, state = read_checkpoint(path)
+    step, state = read_checkpoint(path)
     groups = state.get(AGENTS) if isinstance(state, dict) else None
     start = 0
     for label, states in groups.items() if isinstance(groups, dict) else ():
         if start <= agent_id < start + len(states):
-            return round_no, label, states[agent_id - start]
+            return step, label, states[agent_id - start]
         start += len(states)
     return None
 

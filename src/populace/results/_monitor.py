@@ -152,23 +152,22 @@ class RunMonitor:
 
     # -- written by the run ------------------------------------------------------------------
     def run_started(self, *, name: str, agents: int, steps: int | None = None,
-                    rounds: int | None = None, low: float | None = None,
-                    high: float | None = None, workers: int = 1, backend: str = "local",
-                    models: Sequence[str] = (), run_dir: str | Path | None = None,
+                    answer_range: tuple[float, float] | None = None, workers: int = 1,
+                    backend: str = "local", models: Sequence[str] = (),
+                    run_dir: str | Path | None = None,
                     history: Sequence[Mapping[str, Any]] = (), bins: int | None = None
                     ) -> None:
-        """The run is preparing (population, workers). ``steps`` planned (``rounds`` is the
-        same). ``history``: summary entries of steps an earlier, interrupted attempt
-        already finished. The live histogram of answers has ``bins`` (default: one per
-        integer when that fits, else 50) over ``[low, high]``; without them its range
-        follows the answers."""
-        self._info = {"name": name, "agents": agents,
-                      "steps_planned": steps if steps is not None else rounds,
+        """The run is preparing (population, workers); ``steps`` planned. ``history``:
+        summary entries of steps an earlier, interrupted attempt already finished. The
+        live histogram of answers has ``bins`` (default: one per integer when that fits,
+        else 50) over ``answer_range``, ``(low, high)``; without it its range follows the
+        answers."""
+        self._info = {"name": name, "agents": agents, "steps_planned": steps,
                       "workers": workers, "backend": backend, "models": tuple(models),
                       "run_dir": str(run_dir) if run_dir else None}
-        self._auto = low is None or high is None
-        self._fixed = None if self._auto else bin_edges(float(low or 0.0), float(high or 0.0),
-                                                        bins or self._bins)
+        self._auto = answer_range is None
+        self._fixed = None if answer_range is None else bin_edges(
+            float(answer_range[0]), float(answer_range[1]), bins or self._bins)
         rows = tuple(_row(e) for e in history)
         self._steps_done = len(rows)
         self._rows = rows[-MAX_STEP_ROWS:]
@@ -200,8 +199,8 @@ class RunMonitor:
             self.status = "running"
         self.refresh(sim.statistics(), force=True)
 
-    def round_started(self, step: int, answers: PlaceholderSet[Any],
-                      measure: Measure | None = None) -> None:
+    def step_started(self, step: int, answers: PlaceholderSet[Any],
+                     measure: Measure | None = None) -> None:
         """Step ``step`` collects ``answers``; ``measure`` turns arrived ones into numbers
         for the live histogram (without it, only progress is shown)."""
         self._reset_step(step, len(answers))
@@ -210,7 +209,7 @@ class RunMonitor:
         self._answers = answers
         self._seq += 1
 
-    def round_progress(self, stats: SimulationStats | None = None) -> bool:
+    def step_progress(self, stats: SimulationStats | None = None) -> bool:
         """Fold in what arrived since the last call; refresh statistics now and then.
 
         Returns True when a stop was requested: the run should abandon the step. The
@@ -225,8 +224,8 @@ class RunMonitor:
             return True
         return False
 
-    def round_finished(self, entry: Mapping[str, Any], stats: SimulationStats | None = None
-                       ) -> None:
+    def step_finished(self, entry: Mapping[str, Any], stats: SimulationStats | None = None
+                      ) -> None:
         """A step ended; ``entry`` is its summary entry (``step``, metrics, distributions)."""
         self._drain()
         self._answered_before += self._done

@@ -415,7 +415,7 @@ class RunDirectory:
     def write_profiles(self, table: pa.Table) -> None:
         _write_parquet(self.path / "profiles.parquet", table)
 
-    def write_round(self, name: str, step: int, table: pa.Table) -> Path:
+    def write_step(self, name: str, step: int, table: pa.Table) -> Path:
         """Persist step ``step`` of table ``name``; durable once this returns."""
         path = self.path / "parts" / f"{name}-r{step:05d}.parquet"
         _write_parquet(path, table)

@@ -28,7 +28,7 @@ class DummyModel(ModelClient):
     """
 
     #: The answer ignores the messages: callers may skip building them (a million agents
-    #: assembling conversations nobody reads was most of a dummy round's cost).
+    #: assembling conversations nobody reads was most of a dummy step's cost).
     reads_prompt = False
 
     def __init__(self, name: str = "dummy", *, latency: float = 1.0, jitter: float = 0.0,
