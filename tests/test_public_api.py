@@ -73,6 +73,7 @@ API: dict[str, set[str]] = {
     "populace.launch": {
         "AllAnswersFailed", "COMMON_OPTIONS", "ConsoleObserver", "ENTRY_POINTS", "Estimate",
         "MAX_RECOVERIES", "Measure", "ModelEstimate", "Observer", "PILOT_AGENTS", "estimate",
+        "ModelChoice",
         "Rows", "Run", "RunFile", "RunOptions", "STATUSES", "STOP_GRACE_S", "Scenario",
         "ScenarioFailed", "ScenarioSettings", "StepAbandoned", "StudioView", "Terminated",
         "as_numbers",

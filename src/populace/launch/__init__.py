@@ -38,6 +38,7 @@ from ._launcher import (
     ScenarioFailed,
     launch,
 )
+from ._models import ModelChoice
 from ._offline import checkpointed_steps, fork, parse_sets, reopen
 from ._run import AllAnswersFailed, Measure, Rows, Run, StepAbandoned, as_numbers
 from ._runfile import (
@@ -71,6 +72,7 @@ __all__ = [
     "Intervention",
     "InterviewError",
     "Measure",
+    "ModelChoice",
     "ModelEstimate",
     "Observer",
     "Rows",

@@ -22,7 +22,15 @@ from pydantic import Field, model_validator
 from populace._strict import StrictModel
 from populace.config import key_text
 from populace.core import ConfigError, PerWorker, derive_seed
-from populace.launch import Run, RunFile, RunOptions, Scenario, ScenarioSettings, StudioView
+from populace.launch import (
+    ModelChoice,
+    Run,
+    RunFile,
+    RunOptions,
+    Scenario,
+    ScenarioSettings,
+    StudioView,
+)
 from populace.population import PopulationConfig, largest_remainder
 from populace.results import atomic_write
 
@@ -206,15 +214,8 @@ class Social(Scenario):
                 if values is not None and value not in map(str, values):
                     raise fail(f"news.{i}.where", f"no agent has {item.where}: "
                                f"{aspect} is one of {', '.join(map(str, values))}")
-        models = list(options.models)
-        model = settings.model or (models[0] if len(models) == 1 else None)
-        if settings.policy == "model":
-            if model is None:
-                raise fail("model", f"several models are configured ({', '.join(models)}); "
-                           "name the one the agents use")
-            if model not in models:
-                raise fail("model", f"{model!r} is not under models: (have: "
-                           f"{', '.join(models)})")
+        model = ModelChoice.of(options, settings, source).model \
+            if settings.policy == "model" else None
         edges, graph = None, None
         if settings.graph.edges is not None:
             edges = Path(source).parent / settings.graph.edges  # as written, for messages

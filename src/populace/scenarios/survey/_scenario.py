@@ -25,6 +25,7 @@ from populace.agents import persona_columns
 from populace.config import key_text
 from populace.core import ConfigError, derive_seed
 from populace.launch import (
+    ModelChoice,
     Rows,
     Run,
     RunFile,
@@ -192,13 +193,7 @@ class Survey(Scenario):
         def fail(key: str, message: str) -> ConfigError:
             return ConfigError(f"{source}: settings.{key}: {message}")
 
-        models = list(options.models)
-        model = settings.model or (models[0] if len(models) == 1 else None)
-        if model is None:
-            raise fail("model", f"several models are configured ({', '.join(models)}); name "
-                       "the one that answers")
-        if model not in models:
-            raise fail("model", f"{model!r} is not under models: (have: {', '.join(models)})")
+        model = str(ModelChoice.of(options, settings, source).model)
         people = options.population
         aspects = set(people.aspects) if people is not None else set()
         if people is not None and people.backgrounds.model is not None:
