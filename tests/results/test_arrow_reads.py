@@ -49,7 +49,7 @@ def test_without_dev_fd_the_bytes_are_copied_into_arrow(run: Path,
 
 def test_a_damaged_file_is_still_named(run: Path) -> None:
     (run / "parts" / "votes-r00002.parquet").write_bytes(b"PAR1 not really")
-    with pytest.raises(ConfigError, match="votes-r00002.parquet: not a readable Parquet"):
+    with pytest.raises(ConfigError, match=r"votes-r00002\.parquet: not a readable Parquet"):
         read_table(run, "votes")
 
 
