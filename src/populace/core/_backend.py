@@ -39,6 +39,12 @@ class ServiceHandle(Protocol):
     def info(self) -> dict[str, Any]:
         """Where the service runs: ``{"pid": int, "node": str}``, as in ``worker_info()``."""
 
+    @property
+    def here(self) -> Any | None:
+        """The placed object itself when it lives in this process (the local backend places
+        the caller's objects, shared, not copied), so that callers may use it directly;
+        None when it is elsewhere (reached through :meth:`call` only)."""
+
     def call(self, method: str, *args: Any) -> asyncio.Future[Any]:
         """Start ``method(*args)`` on the service now; a future of its result.
 
@@ -114,6 +120,10 @@ class LocalServiceHandle:
     @property
     def info(self) -> dict[str, Any]:
         return dict(self._info)
+
+    @property
+    def here(self) -> Any:
+        return self._obj
 
     def __repr__(self) -> str:
         return f"<LocalServiceHandle {self._name}{' (killed)' if self._killed else ''}>"

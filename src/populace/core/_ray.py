@@ -203,6 +203,11 @@ class RayServiceHandle:
     def info(self) -> dict[str, Any]:
         return dict(self._info)
 
+    @property
+    def here(self) -> None:
+        """Never here: the service is an actor of its own."""
+        return None
+
     def __repr__(self) -> str:
         return f"<RayServiceHandle {self._name} pid={self._info.get('pid')}>"
 

@@ -692,6 +692,12 @@ class Map2D:
             listener_errors=self._errors.count,
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A map pickles as its shape and positions, as :meth:`get_state` has them: what a
+        backend ships to a served map's process (watches stay with the code that set them
+        up, and a million positions travel as three arrays, not as the grid's index)."""
+        return _map_of, (self.width, self.height, self.cell_size, self.get_state())
+
     def get_state(self) -> dict[str, Any]:
         """Ids and positions as arrays (watches belong to the code that set them up)."""
         ids = self.ids()
@@ -717,3 +723,10 @@ class Map2D:
             c = w.center
             w._members = (set(self.nearby(self.position(c), w.radius, exclude=c).tolist())
                              if c in self else set())
+
+
+def _map_of(width: float, height: float, cell_size: float, state: Mapping[str, Any]) -> Map2D:
+    """The map :meth:`Map2D.__reduce__` describes."""
+    plane = Map2D(width, height, cell_size)
+    plane.set_state(state)
+    return plane

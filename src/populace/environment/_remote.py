@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, cast, overload
 
 from populace.core import LocalBackend, Placeholder, ServiceHandle, ServiceLost
 
@@ -42,10 +42,14 @@ class ServiceActor:
     """The object a backend places for :func:`serve`: one :class:`EnvService` on its own
     event loop (in a Ray actor, ``ray::ServiceActor``)."""
 
-    def __init__(self, state: dict[str, Any], max_concurrency: int) -> None:
-        env = Env(state["name"])
-        env.set_state(state)
-        self.service = EnvService(env, max_concurrency=max_concurrency)
+    def __init__(self, env: Env | dict[str, Any], max_concurrency: int) -> None:
+        if isinstance(env, Env):
+            tree = env
+        else:  # a tree's get_state(), shipped to another process
+            tree = Env(env["name"])
+            tree.set_state(env)
+        # Locally the caller's own tree (LocalBackend.place shares it); elsewhere a copy.
+        self.service = EnvService(tree, max_concurrency=max_concurrency)
 
     async def apply_batch(self, ops: list[Op]) -> Reply:
         reply: Reply = await self.service.submit(ops)
@@ -233,22 +237,23 @@ async def serve(env: Env | Map2D, sim: Simulation | None = None, *, max_concurre
         raise env._refuse("serve")
     if shards < 1:
         raise ValueError(f"shards must be >= 1, got {shards}")
-    if (sim is None or not sim.backend.remote) and shards == 1:
-        return EnvService(env, max_concurrency=max_concurrency)
     if max_concurrency < 1:
         raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+    backend = sim.backend if sim is not None else LocalBackend()
     if shards > 1:
         from ._shards import serve_sharded
 
-        backend = sim.backend if sim is not None else LocalBackend()
         _refuse_listeners(env, backend.name)
         sharded = await serve_sharded(env, backend, shards, max_concurrency)
         env._serve_elsewhere(f"{shards} sharded services ({backend.name})")
         return sharded
-    assert sim is not None  # one shard on a local backend was served above
-    _refuse_listeners(env, sim.backend.name)
-    handle = await sim.backend.place(ServiceActor, env.get_state(), max_concurrency)
-    env._serve_elsewhere(f"a remote service ({sim.backend.name}, pid {handle.info.get('pid')})")
+    if backend.remote:  # the tree travels as its state; its listeners cannot
+        _refuse_listeners(env, backend.name)
+    handle = await backend.place(ServiceActor, env.get_state() if backend.remote else env,
+                                 max_concurrency)
+    if handle.here is not None:  # in this process: the service itself, owning env
+        return cast(EnvService, handle.here.service)
+    env._serve_elsewhere(f"a remote service ({backend.name}, pid {handle.info.get('pid')})")
     return RemoteEnvService(handle, max_concurrency)
 
 

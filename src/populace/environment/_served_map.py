@@ -34,12 +34,8 @@ from ._map import IdArray, Map2D, MapStats, Rows
 class _MapHost:
     """The object a backend places for a served map."""
 
-    def __init__(self, plane: Map2D | dict[str, Any]) -> None:
-        if isinstance(plane, Map2D):
-            self.map = plane  # the local backend: the caller's own map
-        else:  # a copy, from its shape and positions
-            self.map = Map2D(plane["width"], plane["height"], plane["cell_size"])
-            self.map.set_state(plane["state"])
+    def __init__(self, plane: Map2D) -> None:
+        self.map = plane  # the caller's own map locally; a copy elsewhere (Map2D.__reduce__)
 
     def call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if method == "fetch_state":
@@ -241,13 +237,5 @@ class MapService:
 
 async def serve_map(plane: Map2D, backend: Any) -> MapService:
     """Place ``plane`` with ``backend`` (None: in this process); see :func:`serve`."""
-    if backend is None:
-        backend = LocalBackend()
-    if backend.remote:
-        what: Map2D | dict[str, Any] = {
-            "width": plane.width, "height": plane.height, "cell_size": plane.cell_size,
-            "state": plane.get_state()}
-    else:
-        what = plane
-    handle = await backend.place(_MapHost, what)
+    handle = await (backend or LocalBackend()).place(_MapHost, plane)
     return MapService(handle, plane.width, plane.height, plane.cell_size)
