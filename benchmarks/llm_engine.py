@@ -206,8 +206,8 @@ def run_populace(scenario: str, client: str, config: dict[str, Any], srv: Server
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_srv0 = srv.cpu_s()
-    with (tmp / f"{name}.log").open("wb") as log:
-        done = subprocess.run([str(POPULACE), "run", str(path), "--out", str(out)],
+    with (tmp / f"{name}.log").open("wb") as log:  # --yes: no pilot in the server's counts
+        done = subprocess.run([str(POPULACE), "run", str(path), "--out", str(out), "--yes"],
                               stdout=log, stderr=subprocess.STDOUT, check=False)
     if done.returncode != 0:
         raise SystemExit(f"populace run {path} exited {done.returncode}:\n"

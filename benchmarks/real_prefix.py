@@ -183,8 +183,9 @@ def measure(args: argparse.Namespace, layout: str, tmp: Path, i: int) -> dict[st
     out = tmp / f"{i:02d}-{layout}"
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
+    # --yes: no pilot run before it, in the server's metrics or the wall time
     proc = subprocess.run([sys.executable, "-m", "populace.cli", "run", str(cfg), "--out",
-                           str(out)], capture_output=True, text=True, env=_env())
+                           str(out), "--yes"], capture_output=True, text=True, env=_env())
     wall = time.perf_counter() - t0
     load1 = os.getloadavg()[0]
     after = metrics(root)

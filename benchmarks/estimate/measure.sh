@@ -8,7 +8,8 @@ while [ "$(cut -d' ' -f1 /proc/loadavg | awk '{print ($1>1.0)}')" = 1 ]; do echo
 uptime
 $P estimate $cfg --agents $n --json > est-$tag.json || exit 1
 rm -rf runs/$tag .populace-cache
-$P run $cfg --agents $n --out runs/$tag > run-$tag.log 2>&1 || { tail run-$tag.log; exit 1; }
+# --yes: the run measured is the run alone (populace run would pilot it again and ask)
+$P run $cfg --agents $n --out runs/$tag --yes > run-$tag.log 2>&1 || { tail run-$tag.log; exit 1; }
 uptime
 python3 - $tag <<'PY'
 import json, sys

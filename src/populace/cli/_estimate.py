@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from populace.config import read_yaml
+from populace.launch import Estimate
 
 from ._app import bool_option, out
 
@@ -36,6 +37,12 @@ def estimate(
     if json_out:
         out.print_json(json.dumps(result.as_dict()))
         return
+    show(result, config)
+
+
+def show(result: Estimate, config: Path) -> None:
+    """The estimate of run file ``config`` as `populace estimate` prints it: a table by
+    model, then the predicted calls, cost and model time."""
     table = Table(title=f"{escape(str(config))}: {result.agents:,} agents × {result.steps} "
                         f"steps, from a pilot of {result.pilot_agents} × "
                         f"{result.pilot_steps} ({result.pilot_wall_s:.1f} s)")
@@ -54,13 +61,19 @@ def estimate(
             out.print(f"{escape(m.model)} samples archetypes: {m.calls:,} calls; asking every "
                       f"agent: ~{m.individual['calls']:,} calls, "
                       f"{m.individual['prompt_tokens']:,} prompt tokens", soft_wrap=True)
+    out.print(predicted(result), soft_wrap=True)
+
+
+def predicted(result: Estimate) -> str:
+    """The estimate in one line: calls, cost, the models' time and its range."""
     wall, span = result.wall_s, result.wall_range
-    out.print(f"predicted: {result.calls:,} calls"
-              f"{'' if result.cost is None else f', cost {result.cost:,.2f}'}"
-              f"{'' if wall is None else f', about {_duration(wall)} of model time'}"
-              f"{'' if span is None else f' ({_duration(span[0])} to {_duration(span[1])})'}"
-              " (the platform's own time per agent is not included)", soft_wrap=True)
+    return (f"predicted: {result.calls:,} calls"
+            f"{'' if result.cost is None else f', cost {result.cost:,.2f}'}"
+            f"{'' if wall is None else f', about {duration(wall)} of model time'}"
+            f"{'' if span is None else f' ({duration(span[0])} to {duration(span[1])})'}"
+            " (the platform's own time per agent is not included)")
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """``seconds`` as people read them: seconds up to two minutes, minutes beyond."""
     return f"{seconds:,.1f} s" if seconds < 120 else f"{seconds / 60:,.1f} min"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -34,6 +35,7 @@ from ._app import (
     out,
     path_is,
 )
+from ._confirm import CONFIRM_ABOVE, Start, confirm
 from ._studio import studio_beside
 
 
@@ -69,6 +71,10 @@ def run(
     without_interventions: Annotated[bool, bool_option(
         "without-interventions", "with --fork: leave out the source's interventions after "
         "--at")] = False,
+    yes: Annotated[bool, typer.Option(
+        "--yes", "-y", metavar="", help=f"start a run on a served model that is predicted to "
+        f"make more than {CONFIRM_ABOVE:,} LLM calls without estimating it and asking first")
+    ] = False,
 ) -> None:
     """Run a simulation from a run file and write its run directory."""
     if fork is not None or at is not None or set_:
@@ -81,7 +87,7 @@ def run(
         if any(v is not None for v in (agents, rounds, seed, workers, backend, address)):
             raise Fail("--fork changes settings with --set KEY=VALUE only", EXIT_CONFIG)
         _fork(fork, at, set_ or [], out_dir, without_interventions,
-              studio_port if studio else None)
+              studio_port if studio else None, yes=yes)
         return
     if resume is not None:
         if config is not None or out_dir is not None:
@@ -97,25 +103,41 @@ def run(
                        EXIT_CONFIG)
     if config is None:
         raise Fail("missing the run file: populace run CONFIG.yaml", EXIT_CONFIG)
-    if "sweep" in read_yaml(config):  # a grid of runs, one sub-directory each
+    data = read_yaml(config)
+    if "sweep" in data:  # a grid of runs, one sub-directory each
         _run_sweep(config, {"agents": agents, "rounds": rounds, "workers": workers, "seed": seed,
-                            "backend": backend, "address": address}, out_dir, replay)
+                            "backend": backend, "address": address}, out_dir, replay, yes=yes)
         return
-    run_file = load_run_file(config, {"agents": agents, "steps": rounds, "seed": seed,
-                                      "workers": workers, "backend": backend,
-                                      "address": address})
+    overrides = {"agents": agents, "steps": rounds, "seed": seed, "workers": workers,
+                 "backend": backend, "address": address}
+    run_file = load_run_file(config, overrides)
     _check_address(run_file, config, given=address is not None)
     if replay is not None and not path_is(replay / "llm_calls", Path.is_dir, "--replay") \
             and any(m.provider != "dummy" for m in run_file.options.models.values()):
         raise ConfigError(f"--replay {replay}: no llm_calls/ recording in that directory")
+    if replay is None:  # a replay answers from its recording: no calls to count
+        # A resume plays the steps its run has not finished; its pilot plays the run file.
+        remaining = None if resume is None else \
+            max(0, run_file.options.steps - _finished_steps(resume))
+        confirm([Start(run_file, data, overrides, remaining)],
+                "the run" if resume is None else "the resume", yes=yes)
     target = out_dir or new_run_dir("runs", run_file.name)
     run_dir = _run_dir(target, resume is not None, given=out_dir is not None)
     _launch(run_file, run_dir, resume=resume is not None, replay=replay,
             studio_port=studio_port if studio else None)
 
 
+def _finished_steps(run_dir: Path) -> int:
+    """Steps run directory ``run_dir`` finished (0 when its summary cannot be read: the
+    resume itself will say why)."""
+    try:
+        return len(RunDirectory(run_dir).read_summary().get("steps") or ())
+    except (OSError, ValueError):
+        return 0
+
+
 def _fork(source: Path, at: int, pairs: list[str], out_dir: Path | None,
-          without_interventions: bool, studio_port: int | None) -> None:
+          without_interventions: bool, studio_port: int | None, *, yes: bool) -> None:
     from populace.launch import fork, parse_sets
 
     if not path_is(source / "config.yaml", Path.is_file, "--fork"):
@@ -131,6 +153,12 @@ def _fork(source: Path, at: int, pairs: list[str], out_dir: Path | None,
     except OSError as e:
         raise Fail(f"{e.filename or target}: cannot create the fork: {e.strerror or e}",
                    EXIT_CONFIG) from None
+    try:  # the fork plays the steps after --at, as the fork's config says
+        confirm([Start(run_file, run_file.resolved(), remaining=run_file.options.steps - at)],
+                "the fork", yes=yes)
+    except BaseException:  # not started (or the pilot failed): no fork left behind
+        shutil.rmtree(target, ignore_errors=True)
+        raise
     out.print(f"forked {escape(str(source))} after step {at} into "
               f"[bold]{escape(str(target))}[/bold]", soft_wrap=True)
     _launch(run_file, RunDirectory(target), resume=True, replay=None,
@@ -218,7 +246,7 @@ def _launch(run_file: RunFile, run_dir: RunDirectory, *, resume: bool, replay: P
 
 
 def _run_sweep(config: Path, overrides: dict[str, Any], out_dir: Path | None,
-               replay: Path | None) -> None:
+               replay: Path | None, *, yes: bool) -> None:
     """``sweep:`` in the run file: every point of the grid into its own sub-directory."""
     from populace.launch import parse_run_file
     from populace.results import sweep_table
@@ -232,6 +260,9 @@ def _run_sweep(config: Path, overrides: dict[str, Any], out_dir: Path | None,
                  for p in points}
     # every point is checked before the first one runs
     name = next(iter(run_files.values())).name
+    if replay is None:  # the points together, before the sweep's directory exists
+        confirm([Start(run_files[p.dirname], p.data, label=p.dirname) for p in points],
+                "the sweep", yes=yes)
     root = out_dir or new_run_dir("runs", name)
     try:
         index = SweepIndex.create(root, name, str(config), data, points)
