@@ -4,6 +4,8 @@ what the full run then spends (the paper's education config, on the test server)
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +15,17 @@ import yaml
 from cli_helpers import run_in_process
 from populace.core import ConfigError
 from populace.launch import estimate, launch, load_run_file
-from populace.launch._estimate import Estimate, ModelEstimate, _fixed_limits, ramp_s, wall_range
+from populace.launch._estimate import (
+    Estimate,
+    ModelEstimate,
+    _fixed_limits,
+    _in_process,
+    client_cores,
+    ramp_s,
+    wall_range,
+)
 from populace.llm.offline import ServerOptions, running_server
+from populace.llm.offline import _server as server
 from populace.results import RunDirectory
 
 EDUCATION = Path(__file__).resolve().parents[2] / "examples" / "paper" / "education.yaml"
@@ -166,3 +177,46 @@ def test_backgrounds_come_before_the_slowest_model_of_the_steps() -> None:
     assert guess.wall_s == 15.0
     assert guess.wall_range == (13.0, 18.0)
     assert guess.as_dict()["wall_range"] == (13.0, 18.0)
+
+
+# -- a cold server, the client's cores (issue 28) -------------------------------------------
+
+async def test_a_cold_server_is_warmed_before_the_pilot_is_timed(tmp_path: Path,
+                                                                  monkeypatch: Any) -> None:
+    """A server whose first answer takes 3 s (as serve-llm's did, loading its rules in the
+    first request): the pilot's one wave of backgrounds would take it as every wave's time
+    (two waves of 32: 1.6 s each; 2,000 agents: 63 of them). Warmed first, the first
+    estimate is the second's."""
+    monkeypatch.chdir(tmp_path)
+    answer, cold = server._answer, [True]
+
+    def first_slow(*args: Any, **kwargs: Any) -> str:
+        if cold:
+            cold.clear()
+            time.sleep(3.0)  # blocks the server's loop, as an import there does
+        return answer(*args, **kwargs)
+
+    monkeypatch.setattr(server, "_answer", first_slow)
+    async with running_server(ServerOptions(policy="scripted", models=("scripted",),
+                                            latency=0.1)) as url:
+        data = _education(url, 2000)
+        source = tmp_path / "education.yaml"
+        source.write_text(yaml.safe_dump(data))
+        first = await estimate(data, source)
+        second = await estimate(data, source)
+    assert not cold  # the server was cold, once
+    waves = [e.backgrounds.latency_s for e in (first, second) if e.backgrounds is not None]
+    assert len(waves) == 2 and all(w is not None for w in waves)
+    assert waves[0] < 0.75 and waves[0] < 3 * waves[1], waves  # cold: 1.6 s
+
+
+def test_the_cpu_term_is_shared_by_the_processes_of_the_workers() -> None:
+    assert client_cores("local", None, 8) == 1  # one process, one event loop
+    assert client_cores("ray", "auto", 8) == 8  # a cluster: a process per worker
+    assert client_cores("ray", None, 10_000) == len(os.sched_getaffinity(0))  # this machine
+
+
+def test_the_pilot_runs_in_this_process() -> None:
+    data = {"agents": 9, "workers": 4, "backend": "ray", "address": "auto"}
+    assert _in_process(data) == {"agents": 9, "workers": 4, "backend": "local"}
+    assert data["backend"] == "ray"  # the run file's data is left alone

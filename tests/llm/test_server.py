@@ -13,6 +13,7 @@ import pytest
 
 from populace.core import mix64
 from populace.llm.offline import DummyModel, ServerOptions, create_app, running_server, serve
+from populace.llm.offline._scripted import scripted_rules
 
 USER = [{"role": "user", "content": "Pick a number between 0 and 100."}]
 
@@ -204,6 +205,14 @@ def test_options_are_validated() -> None:
         with pytest.raises(ValueError):
             ServerOptions(**bad)  # type: ignore[arg-type]
     assert create_app().router is not None
+
+
+def test_a_scripted_server_has_its_rules_before_the_first_request() -> None:
+    """Loaded by the first request, they held that request's whole wave for a second or
+    more (issue 28: a pilot's backgrounds against a fresh serve-llm took 1.17 s, not 0.17)."""
+    scripted_rules.cache_clear()
+    create_app(ServerOptions(policy="scripted"))
+    assert scripted_rules.cache_info().currsize == 1
 
 
 async def test_the_official_openai_sdk_works_unchanged() -> None:

@@ -1,13 +1,16 @@
 """What a run will cost before it starts: a pilot run, extrapolated (``populace estimate``).
 
 The pilot plays the run file with a few agents (50) and one step (every step when the
-scenario decides the steps), against the configured models, in a temporary directory. Each
+scenario decides the steps), against the configured models, in a temporary directory, on
+the local backend (so that this process's CPU time is all of its client's), after one
+short request to each server (:func:`_warm_up`: a server's first request may load what
+it needs, and the pilot's one wave of backgrounds would count that as every wave's). Each
 step's summary entry counts the calls its models made (``llm``: requests, retries, tokens);
 the pilot's counts per agent and step, times the full run's agents and steps, are the
 predicted calls and tokens, and ``price_per_million`` makes them a cost.
 
-Wall time is predicted for runs whose time goes to the models, from three things the pilot
-measures and the full run's limits:
+Wall time is predicted for runs whose time goes to the models, from what the pilot
+measures and the full run's limits and processes:
 
 - **service time** ``s``: seconds per call on the wire. The pilot's clients run with fixed
   limits (``adaptive: false``): an adaptive limit starts at 8 and grows per round trip, so
@@ -15,14 +18,18 @@ measures and the full run's limits:
   (issue 28: predictions 2-9x too long). Where the pilot's agents still outnumber the
   limit, Little's law takes the queueing out (``latency × limit / callers``).
 - **client CPU per call** ``κ``: the process time of the pilot's steps over their calls.
-  Past some concurrency the calls are bound by the client's one event loop, not by the
+  Past some concurrency the calls are bound by the client's event loop, not by the
   server's latency (the survey at 512 in flight).
 - **limits** ``L``: ``max_concurrency`` × endpoints × workers (backgrounds: one client,
   ``backgrounds.concurrency`` at most).
+- **client cores** ``P`` (:func:`client_cores`): the processes the calls are computed in,
+  each with its one event loop: 1 on the local backend (every worker in this process),
+  the workers on Ray (a process each; at most this machine's cores without ``address``).
+  Backgrounds are written by one client in the launcher: ``P = 1``.
 
 ``C`` calls, each caller making ``chain`` of them in a row, take ``max(chain × s, C × s /
-L)`` on the wire and ``C × κ`` on the CPU (:func:`wall_range`). The client computes while
-it waits, so the estimate is the larger of the two; the printed range goes from the wire
+L)`` on the wire and ``C × κ / P`` on the CPU (:func:`wall_range`). The client computes
+while it waits, so the estimate is the larger of the two; the printed range goes from the wire
 alone (the pilot's ``κ`` carries its steps' fixed costs, an overestimate) to their sum
 (no overlap at all). Measured, the wire term slightly overestimates too: the pilot's 50
 callers start at once, and that burst is in its service time (+10-20% on this machine).
@@ -45,16 +52,19 @@ errors are in docs/benchmarks.md.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+import os
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from populace.core import ConfigError
-from populace.llm import OpenAIConfig
+from populace.core import ConfigError, ModelError, backend_kind
+from populace.llm import OpenAIConfig, build_model, preflight
 from populace.results import RunDirectory
 
 from ._launcher import launch
@@ -231,6 +241,64 @@ def _fixed_limits(data: dict[str, Any]) -> dict[str, Any]:
         else m for name, m in models.items()}}
 
 
+def _in_process(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` on the local backend: the pilot's process time is then all of its client's
+    CPU (on Ray, most of it would be the workers' processes, which this one cannot time)."""
+    return {**{k: v for k, v in data.items() if k != "address"}, "backend": "local"}
+
+
+def client_cores(backend: str, address: str | None, workers: int) -> int:
+    """The cores a run's calls are computed on: one per worker where each worker is a
+    process of its own (Ray), at most this machine's when they all run on it (no
+    ``address``); 1 where the workers share this process and its event loop (local).
+
+    >>> client_cores("local", None, 8), client_cores("ray", "auto", 8)
+    (1, 8)
+    """
+    if backend_kind(backend).ship is None:
+        return 1
+    if address is not None:
+        return workers
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(workers, cores or 1))
+
+
+#: What a warm-up asks: the shortest answer a chat model gives.
+_WARM_UP = ({"role": "user", "content": "Reply with OK."},)
+
+
+async def _warm_up(models: Mapping[str, Any]) -> None:
+    """One short request to every server of every model behind one, before the pilot: a
+    server's first request may pay for what it loads on first use (serve-llm's scripted
+    rules, a second and more; a chat template; a grammar), and the pilot's first wave
+    would count that as service time, which its backgrounds' one wave then multiplies by
+    the full run's waves (issue 28: a fresh serve-llm's wave took 1.17 s, 0.17 s once warm,
+    and 2,000 agents were predicted 43.5 s, not 10). A warm-up that fails is left to the
+    pilot to report."""
+    asked: set[tuple[str, str]] = set()
+    async with asyncio.TaskGroup() as group:
+        for name, config in models.items():
+            if not isinstance(config, OpenAIConfig) or (
+                    config.batch is not None and config.batch.mode == "files"):
+                continue  # vLLM's run_batch: no server
+            for url in config.base_urls:
+                if (url, config.model) not in asked:
+                    asked.add((url, config.model))
+                    group.create_task(_ask(name, config.model_copy(update={
+                        "base_urls": [url], "batch": None, "max_retries": 0,
+                        "adaptive": False, "coalesce": False})))
+
+
+async def _ask(name: str, config: OpenAIConfig) -> None:
+    client = build_model(name, config)
+    try:
+        await client.complete(_WARM_UP, max_tokens=1)
+    except ModelError:
+        pass
+    finally:
+        await client.aclose()
+
+
 async def estimate(data: dict[str, Any], source: Path, overrides: dict[str, Any] | None = None,
                    *, pilot: int | None = None) -> Estimate:
     """Estimate the run of run file ``data`` (read from ``source``) with ``overrides``,
@@ -255,7 +323,9 @@ async def estimate(data: dict[str, Any], source: Path, overrides: dict[str, Any]
     population = data.get("population")
     if isinstance(population, dict) and population.get("size") is not None:
         data["population"] = {**population, "size": pilot_agents}  # it follows agents
-    pilot_file: RunFile = parse_run_file(_fixed_limits(data), source, small)
+    pilot_file: RunFile = parse_run_file(_in_process(_fixed_limits(data)), source, small)
+    await preflight(dict(o.models))  # an unreachable server: its line now, not a warm-up's
+    await _warm_up(o.models)
     clock = _StepClock()
     with tempfile.TemporaryDirectory(prefix="populace-estimate-") as tmp:
         run_dir = RunDirectory.create(Path(tmp) / "pilot")
@@ -270,7 +340,8 @@ async def estimate(data: dict[str, Any], source: Path, overrides: dict[str, Any]
     pilot_steps = len(entries)
     scale = o.agents * o.steps / (pilot_agents * pilot_steps)
     made = sum(c.get("requests", 0) for e in entries for c in e.get("llm", {}).values())
-    cpu = clock.cpu_s / made if made else 0.0  # the client's CPU per call
+    cpu = clock.cpu_s / made if made else 0.0  # the client's CPU per call, in one process
+    share = cpu / client_cores(o.backend, o.address, o.workers)  # the steps' calls, per core
     pilot_step_s = sum(float(e.get("wall_s", 0.0)) for e in entries) / max(1, pilot_steps)
     models = []
     for name, config in o.models.items():
@@ -299,7 +370,7 @@ async def estimate(data: dict[str, Any], source: Path, overrides: dict[str, Any]
             if isinstance(config, OpenAIConfig) and config.batch is not None:
                 # a job lasts what the pilot's did; only the client's CPU grows
                 low, mid, high = wall_range(max(0.0, step - requests / pilot_steps), 1,
-                                            pilot_step_s, None, cpu)
+                                            pilot_step_s, None, share)
                 ramp = 0.0
             else:
                 if limit is not None:  # the pilot's callers beyond its limit queued
@@ -308,7 +379,7 @@ async def estimate(data: dict[str, Any], source: Path, overrides: dict[str, Any]
                 # calls one agent makes in turn (archetypes: no longer per agent)
                 chain = 1 if individual is not None else \
                     math.ceil(requests / (pilot_agents * pilot_steps))
-                low, mid, high = wall_range(step, chain, latency, limit, cpu)
+                low, mid, high = wall_range(step, chain, latency, limit, share)
                 ramp = 0.0 if not isinstance(config, OpenAIConfig) or limit is None else \
                     ramp_s(latency, config.max_concurrency, _start(config),
                            step / limit * config.max_concurrency)

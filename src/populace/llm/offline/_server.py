@@ -66,7 +66,7 @@ from .._batchfile import (
 from ._engine import Engine, EngineParams, chat_tokens, text_tokens
 from ._reasoning import reasoning_length, reasoning_text
 from ._replies import extracted_number, find_number, json_answer, words
-from ._scripted import ScriptedParams, scripted_reply
+from ._scripted import ScriptedParams, scripted_reply, scripted_rules
 
 log = logging.getLogger("populace.llm.server")
 
@@ -1019,6 +1019,10 @@ def create_app(options: ServerOptions | None = None) -> web.Application:
     app[_OPTIONS] = options if options is not None else ServerOptions()
     app[_STATE] = _State()
     app[_JOBS] = jobs = _Jobs(app[_OPTIONS].seed)
+    if app[_OPTIONS].policy == "scripted":
+        # The rules' modules load now: loaded by the first request, they held every request
+        # of the first wave for a second or more (issue 28: a pilot's backgrounds)
+        scripted_rules()
     engine_params = app[_OPTIONS].engine
     engine = Engine(engine_params) if engine_params is not None else None
     if engine is not None:
