@@ -79,3 +79,37 @@ def test_importing_every_module_below_loads_no_scenario() -> None:
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
+
+
+#: The built-in scenarios' names, as a lower layer would branch on them.
+SCENARIO_NAMES = frozenset({"guess_number", "guess-number", "survey", "social"})
+
+
+def scenario_literals(path: Path) -> list[str]:
+    """The string constants of ``path`` (docstrings aside) that are a scenario's name, or
+    mention the game's (``if config.scenario == "survey"`` would be one)."""
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef
+                                | ast.AsyncFunctionDef)
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    return [f"line {node.lineno}: {node.value!r}" for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docstrings
+            and (node.value.strip().lower() in SCENARIO_NAMES or "guess_number" in node.value)]
+
+
+def test_no_module_below_the_scenarios_branches_on_a_scenario_name() -> None:
+    offenders = [f"{path.relative_to(SRC)}: {found}" for path in modules_below()
+                 for found in scenario_literals(path)]
+    assert offenders == []
+
+
+def test_the_name_check_would_catch_one(tmp_path: Path) -> None:
+    bad = tmp_path / "_bad.py"
+    bad.write_text('"""A module about the survey."""\n'
+                   'def f(scenario):\n    """For guess_number too."""\n'
+                   '    return scenario == "survey" or "guess_number:GuessNumber"\n')
+    assert sorted(scenario_literals(bad)) == ["line 4: 'guess_number:GuessNumber'",
+                                              "line 4: 'survey'"]
