@@ -14,9 +14,11 @@ import argparse
 import asyncio
 import statistics
 import time
+from pathlib import Path
 
 from populace.core import derive_seed, mix64, seed_for
-from populace.scenarios.guess_number import RunConfig, Timings, play
+from populace.launch import parse_run_file
+from populace.scenarios.guess_number import Timings, play
 
 
 async def plain_asyncio(n: int, latency: float, seed: int) -> float:
@@ -33,10 +35,10 @@ async def plain_asyncio(n: int, latency: float, seed: int) -> float:
 
 
 def populace_round(n: int, latency: float, workers: int) -> float:
-    cfg = RunConfig.model_validate({
-        "agents": n, "rounds": 1, "workers": workers,
+    cfg = parse_run_file({
+        "scenario": "guess_number", "agents": n, "rounds": 1, "workers": workers,
         "models": {"dummy": {"provider": "dummy", "latency": latency}},
-    })
+    }, Path("dummy_round"))
     timings = Timings()
     asyncio.run(play(cfg, None, None, timings))
     return timings.round_wall_s[0]

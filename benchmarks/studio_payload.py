@@ -23,8 +23,9 @@ from tempfile import TemporaryDirectory
 
 import httpx
 
+from populace.launch import RunFile, parse_run_file
 from populace.results import RunDirectory, RunMonitor
-from populace.scenarios.guess_number import RunConfig, Timings, play
+from populace.scenarios.guess_number import Timings, play
 from populace.studio import Runs, StudioServer
 
 
@@ -39,7 +40,7 @@ def read_events(url: str, out: list[tuple[float, int, str]], stop: threading.Eve
                 return
 
 
-def run(config: RunConfig, studio: bool, root: Path) -> dict[str, object]:
+def run(config: RunFile, studio: bool, root: Path) -> dict[str, object]:
     timings = Timings()
     run_dir = RunDirectory.create(root / "runs" / f"bench-{time.time_ns()}")
     if not studio:
@@ -83,11 +84,11 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=1.0)
     ap.add_argument("--backend", default="local")
     args = ap.parse_args()
-    config = RunConfig.model_validate({
-        "name": "studio-bench", "agents": args.agents, "rounds": args.rounds,
-        "workers": args.workers, "backend": args.backend,
+    config = parse_run_file({
+        "scenario": "guess_number", "name": "studio-bench", "agents": args.agents,
+        "rounds": args.rounds, "workers": args.workers, "backend": args.backend,
         "models": {"dummy": {"provider": "dummy", "latency": args.latency}},
-    })
+    }, Path("studio_payload"))
     with TemporaryDirectory() as tmp:
         result = {"agents": args.agents, "backend": args.backend, "workers": args.workers,
                   "latency_s": args.latency,

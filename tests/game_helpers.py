@@ -1,4 +1,4 @@
-"""Shared by the game's tests: a small config, a run into a directory, a scripted server.
+"""Shared by the game's tests: a small run file, a run into a directory, a scripted server.
 
 ``ScriptedServer`` answers what the test says over the OpenAI-compatible HTTP API and records
 every request, so tests can check what each participant was told; the ``scripted`` fixture
@@ -15,12 +15,24 @@ from typing import Any
 from aiohttp import web
 
 from populace.core import ModelError, derive_seed, seed_for
+from populace.launch import RunFile, parse_run_file
 from populace.llm import ChatMessage
 from populace.results import RunDirectory
-from populace.scenarios.guess_number import RunConfig, play
+from populace.scenarios.guess_number import play
 
 
-def make_config(**changes: Any) -> RunConfig:
+def game_file(data: dict[str, Any], source: str | Path = "run.yaml") -> RunFile:
+    """The game's run file of mapping ``data`` (``scenario: guess_number`` unless it says),
+    checked as ``populace run`` checks it; ``source`` names it in messages."""
+    return parse_run_file({"scenario": "guess_number", **data}, Path(source))
+
+
+def game_data(run_file: RunFile) -> dict[str, Any]:
+    """``run_file`` as a mapping again (as the run's ``config.yaml`` writes it), to change."""
+    return run_file.resolved()
+
+
+def make_config(**changes: Any) -> RunFile:
     """200 agents, 3 rounds on 2 workers, dummy model at 10 ms; ``game`` merged key by key."""
     data: dict[str, Any] = {
         "name": "test", "seed": 7, "agents": 200, "rounds": 3, "workers": 2,
@@ -29,10 +41,10 @@ def make_config(**changes: Any) -> RunConfig:
     game = changes.pop("game", {})
     data.update(changes)
     data["game"] = game
-    return RunConfig.model_validate(data)
+    return game_file(data)
 
 
-async def run_into(tmp_path: Path, config: RunConfig, name: str = "run") -> Path:
+async def run_into(tmp_path: Path, config: RunFile, name: str = "run") -> Path:
     rd = RunDirectory.create(tmp_path / name)
     await play(config, rd)
     return rd.path
@@ -57,21 +69,22 @@ class ScriptedServer:
         self._who: dict[int, tuple[int, int]] = {}
         self._answer: Callable[[int, int], str] = lambda agent, round_no: "0"
 
-    def script(self, config: RunConfig, answer: Callable[[int, int], str]
-               ) -> tuple[RunConfig, ScriptedServer]:
+    def script(self, config: RunFile, answer: Callable[[int, int], str]
+               ) -> tuple[RunFile, ScriptedServer]:
         """Answer ``config``'s participants with ``answer``; returns ``config`` with every model
         served here (one call each: the direct protocol, as for the dummy model), and this
         server."""
-        self._who = {seed_for(derive_seed(config.seed, r), i): (i, r)
-                     for i in range(config.agents) for r in range(1, config.rounds + 1)}
+        o = config.options
+        self._who = {seed_for(derive_seed(o.seed, r), i): (i, r)
+                     for i in range(o.agents) for r in range(1, o.steps + 1)}
         self._answer = answer
-        data = config.model_dump(mode="json")
+        data = game_data(config)
         data["models"] = {name: {"provider": "openai", "model": "scripted",
                                  "base_urls": [self.url], "max_retries": 0}
-                          for name in config.models}
+                          for name in o.models}
         if data["game"]["protocol"] == "auto":
             data["game"]["protocol"] = "direct"
-        return RunConfig.model_validate(data), self
+        return game_file(data, config.path), self
 
     async def _chat(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -114,7 +127,7 @@ class ScriptedServer:
 
 
 #: The ``scripted`` fixture: ``config, server = scripted(config, answer)``.
-Scripted = Callable[[RunConfig, Callable[[int, int], str]], tuple[RunConfig, ScriptedServer]]
+Scripted = Callable[[RunFile, Callable[[int, int], str]], tuple[RunFile, ScriptedServer]]
 
 
 def result_message(entry: dict[str, Any]) -> str:

@@ -97,7 +97,7 @@ API: dict[str, set[str]] = {
     "populace.scenarios.guess_number": {
         "DEFAULT_PROMPT", "GameConfig", "GroupScores", "Guess", "GuessNumber",
         "PROMPT_FIELDS", "Participant", "RESPONSE_SCHEMA", "Reporter", "RoundOutcome",
-        "Rules", "RunConfig", "SilentReporter", "Timings", "parse_number", "parse_ratio",
+        "Rules", "SilentReporter", "Timings", "parse_number", "parse_ratio",
         "play", "score_groups", "score_round"},
     "populace.scenarios.social": {
         "ACTIONS", "Feeds", "Graph", "Item", "News", "Part", "Person", "ScriptedPolicy",

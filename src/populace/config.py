@@ -1,6 +1,9 @@
-"""Loading run files: YAML → validated pydantic model, every mistake as one clear line.
+"""Loading config files: YAML → validated pydantic model, every mistake as one clear line.
 
->>> cfg = load_config("examples/guess_number.yaml", RunConfig, {"agents": 100})  # doctest: +SKIP
+>>> cfg = load_config("examples/population/education_200x5.yaml", PopulationConfig,
+...                   {"size": 500})  # doctest: +SKIP
+
+(Run files are read by :func:`populace.launch.load_run_file`, which uses these pieces.)
 
 Errors are :class:`~populace.core.ConfigError` whose message names the file, the key path
 and what was expected, e.g. ``run.yaml: game.ratio: expected a fraction like 2/3, got '3/0'

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from game_helpers import game_file
 from populace.core import Agent, Msg, Simulation
 from populace.results import RunDirectory, read_table
-from populace.scenarios.guess_number import RunConfig, play
+from populace.scenarios.guess_number import play
 
 
 class Echo(Agent):
@@ -59,7 +60,7 @@ async def test_wrong_number_of_labels_is_an_error() -> None:
 async def test_game_results_do_not_depend_on_colocation(tmp_path: object) -> None:
     tables = []
     for colocate in (False, True):
-        cfg = RunConfig.model_validate({
+        cfg = game_file({
             "agents": 300, "rounds": 2, "workers": 3, "seed": 9,
             "models": {"dummy": {"provider": "dummy", "latency": 0.0}},
             "game": {"groups": 4, "colocate_groups": colocate},

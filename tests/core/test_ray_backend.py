@@ -29,8 +29,9 @@ from populace.core import (  # noqa: E402
 )
 from populace.core._ray import RayBackend  # noqa: E402
 from populace.core._worker import WorkerGone  # noqa: E402
+from populace.launch import RunFile, parse_run_file  # noqa: E402
 from populace.results import RunDirectory, read_table  # noqa: E402
-from populace.scenarios.guess_number import RunConfig, play  # noqa: E402
+from populace.scenarios.guess_number import play  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +64,13 @@ class Sleeper(Agent):
         return os.getpid(), id(self.timers)
 
 
-def game(backend: str, tmp: Any, **extra: Any) -> RunConfig:
-    return RunConfig.model_validate({
-        "name": f"g-{backend}", "seed": 5, "agents": 5000, "rounds": 2, "workers": 2,
-        "backend": backend, "models": {"dummy": {"provider": "dummy", "latency": 0.05}},
-        **extra,
-    })
+def game(backend: str, tmp: Any, **extra: Any) -> RunFile:
+    # not game_helpers: this module's classes travel to Ray workers, which import it
+    return parse_run_file({
+        "scenario": "guess_number", "name": f"g-{backend}", "seed": 5, "agents": 5000,
+        "rounds": 2, "workers": 2, "backend": backend,
+        "models": {"dummy": {"provider": "dummy", "latency": 0.05}}, **extra,
+    }, Path("run.yaml"))
 
 
 async def test_game_identical_on_local_and_ray(cluster: Cluster, tmp_path: Any) -> None:

@@ -40,10 +40,10 @@ def test_the_only_model_is_the_default() -> None:
 
 @pytest.mark.parametrize(("settings", "line"), [
     (One(model="c"), "run.yaml: settings.model: 'c' is not under models: (have: a, b)"),
-    (One(), "run.yaml: settings.model: several models are configured (a, b); set model: to "
-            "the one the agents use"),
-    (Mixed(), "run.yaml: settings.model: several models are configured (a, b); set model: "
-              "to the one the agents use, or assign: to mix them"),
+    (One(), "run.yaml: models: several are configured (a, b); set model: to the one the "
+            "agents use"),
+    (Mixed(), "run.yaml: models: several are configured (a, b); set model: to the one the "
+              "agents use, or assign: to mix them"),
     (Mixed(assign={"a": Fraction(1, 3), "c": Fraction(2, 3)}),
      "run.yaml: settings.assign: 'c' is not under models: (have: a, b)"),
     (Mixed(assign={"a": Fraction(0), "b": Fraction(0)}),

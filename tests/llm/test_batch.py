@@ -23,11 +23,12 @@ import pyarrow as pa
 import pytest
 
 from cli_helpers import run_in_process
+from game_helpers import game_file
 from populace.core import ModelError, ModelHTTPError
 from populace.llm import OpenAIConfig, build_model
 from populace.llm.offline import ServerOptions, running_server
 from populace.results import RunDirectory, read_summary, read_table
-from populace.scenarios.guess_number import RunConfig, play
+from populace.scenarios.guess_number import play
 
 GAME = {"level": "P2", "protocol": "two_call", "feedback": True}
 SCRIPTED = ServerOptions(policy="scripted", models=("scripted",), batch_latency=0.2)
@@ -54,7 +55,7 @@ def files_batch(**extra: Any) -> dict[str, Any]:
 
 
 async def play_into(directory: Path, data: dict[str, Any]) -> Path:
-    await play(RunConfig.model_validate(data), RunDirectory.create(directory))
+    await play(game_file(data), RunDirectory.create(directory))
     return directory
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from populace.config import validate
+from game_helpers import game_file
 from populace.core import ConfigError
 from populace.llm import ScriptedConfig, build_model
 from populace.llm.offline import (
@@ -20,7 +20,6 @@ from populace.llm.offline import (
     running_server,
     scripted_reply,
 )
-from populace.scenarios.guess_number import RunConfig
 from populace.scenarios.guess_number._prompts import (
     EXTRACT,
     FAMOUS_NOTE,
@@ -169,14 +168,12 @@ def test_extraction_json_invalid_and_background_requests() -> None:
 
 
 async def test_provider_config_build_and_accounting() -> None:
-    cfg = validate({"agents": 10, "models": {"s": {"provider": "scripted", "depth": 2}}},
-                   RunConfig, "run.yaml")
-    assert isinstance(cfg.models["s"], ScriptedConfig)
-    assert cfg.protocol_for("s") == "two_call"  # the paper's two calls, like a real model
+    cfg = game_file({"agents": 10, "models": {"s": {"provider": "scripted", "depth": 2}}})
+    assert isinstance(cfg.options.models["s"], ScriptedConfig)
+    assert cfg.config.protocol_for("s") == "two_call"  # the paper's two calls, like a real model
     with pytest.raises(ConfigError, match=r"run.yaml: models.s.invalid: .*less than or equal"):
-        validate({"models": {"s": {"provider": "scripted", "invalid": 2}}}, RunConfig,
-                 "run.yaml")
-    model = build_model("s", cfg.models["s"])
+        game_file({"models": {"s": {"provider": "scripted", "invalid": 2}}})
+    model = build_model("s", cfg.options.models["s"])
     assert isinstance(model, ScriptedModel) and model.params.depth == 2
     messages = [{"role": "user", "content": prompt()}]
     done = await model.complete(messages, seed=4, temperature=0.5)

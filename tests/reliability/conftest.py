@@ -25,8 +25,9 @@ import pyarrow.compute as pc
 import pytest
 import yaml
 
+from game_helpers import game_file
 from populace.results import RunDirectory, read_summary, read_table
-from populace.scenarios.guess_number import RunConfig, play
+from populace.scenarios.guess_number import play
 
 #: The run every process test disturbs: long enough rounds (1 s) to hit one in the middle.
 RUN = {
@@ -151,7 +152,7 @@ def run_file(tmp_path: Path) -> Callable[..., Path]:
 
 def play_into(directory: Path, data: dict[str, Any]) -> pa.Table:
     """Play ``data`` (a run file's mapping) in this process; its responses table."""
-    config = RunConfig.model_validate(data)
+    config = game_file(data)
     asyncio.run(play(config, RunDirectory.create(directory)))
     return read_table(directory)
 

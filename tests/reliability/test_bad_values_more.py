@@ -172,7 +172,7 @@ def test_every_config_model_refuses_a_boolean_for_a_number_through_one_base() ->
     configs = [launch.RunOptions, llm.DummyConfig, llm.OpenAIConfig, llm.ScriptedConfig,
                llm.BatchConfig, llm.PythonConfig, population.PopulationConfig,
                population.AspectConfig, population.GroupsConfig, population.BackgroundConfig,
-               game.RunConfig, game.GameConfig, social.News, social.Social.Settings,
+               game.GuessNumber.Settings, game.GameConfig, social.News, social.Social.Settings,
                survey.Survey.Settings, survey.Question, survey.Treatments, survey.Arm]
     assert [c for c in configs if not issubclass(c, StrictModel)] == []
     assert not issubclass(StrictModel, ScenarioSettings) and issubclass(ScenarioSettings,

@@ -24,18 +24,16 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from populace.cli import main
-from populace.config import load_config, read_yaml
 from populace.core import ConfigError
+from populace.launch import RunFile, RunOptions, load_run_file
 from populace.results import read_table
-from populace.scenarios.guess_number import RunConfig
+from populace.scenarios.guess_number import GuessNumber
 
 
-def _load(path: Path, overrides: dict[str, Any]) -> RunConfig:
-    """The game's own reading of a run file: what the command must accept or refuse."""
-    scenario = read_yaml(path).get("scenario", "guess_number")
-    if scenario != "guess_number":
-        raise ConfigError(f"{path}: scenario: not the game: {scenario!r}")
-    return load_config(path, RunConfig, overrides)
+def _load(path: Path) -> RunFile:
+    """The launcher's reading of a run file, before anything runs: what the command must
+    accept (and run to the end) or refuse (in one line)."""
+    return load_run_file(path)
 
 
 # -- the schema ---------------------------------------------------------------------------------
@@ -66,7 +64,18 @@ def _sections(model: type[BaseModel], path: Path_ = ()) -> dict[Path_, set[str]]
     return out
 
 
-SECTIONS = _sections(RunConfig)
+def _run_file_sections() -> dict[Path_, set[str]]:
+    """The game's run file: the run options, and its settings at the top or under
+    ``settings:``."""
+    out = _sections(RunOptions)
+    out[()].add("rounds")
+    for path, keys in _sections(GuessNumber.Settings).items():
+        for where in (path, ("settings", *path)):
+            out.setdefault(where, set()).update(keys)
+    return out
+
+
+SECTIONS = _run_file_sections()
 ALL_KEYS = sorted({k for keys in SECTIONS.values() for k in keys})
 NAMES = {"models": ["dummy", "other"], "aspects": ["age", "gender", "trust"]}
 
@@ -165,12 +174,13 @@ run_files = st.one_of(
 )
 
 
-def _cheap(config: RunConfig) -> bool:
-    """A valid config this test may run: small, local, and a model that answers at once."""
-    return (config.agents * config.rounds <= 40 and config.workers <= 3
-            and config.backend == "local"
+def _cheap(config: RunFile) -> bool:
+    """A valid game this test may run: small, local, and a model that answers at once."""
+    o = config.options
+    return (config.scenario is GuessNumber and o.agents * o.steps <= 40 and o.workers <= 3
+            and o.backend == "local"
             and all(m.provider != "openai" and getattr(m, "latency", 0) <= 0.01
-                    for m in config.models.values()))
+                    for m in o.models.values()))
 
 
 @settings(max_examples=int(os.environ.get("POPULACE_FUZZ_EXAMPLES", "150")), deadline=None,
@@ -187,7 +197,7 @@ def test_any_run_file_gives_one_line_or_a_run(
     path.write_text(text)
     out = where / "out"
     try:
-        config: RunConfig | None = _load(path, {})
+        config: RunFile | None = _load(path)
     except ConfigError:
         config = None
     assume(config is None or _cheap(config))
@@ -212,7 +222,7 @@ def test_any_run_file_gives_one_line_or_a_run(
     else:
         assert code == 0, captured.err
         assert captured.err == ""
-        assert read_table(out).num_rows == config.agents * config.rounds
+        assert read_table(out).num_rows == config.options.agents * config.options.steps
 
 
 @pytest.mark.parametrize(

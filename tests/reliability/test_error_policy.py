@@ -7,15 +7,16 @@ from typing import Any
 
 import pytest
 
+from game_helpers import game_file
 from populace.core import ModelError
-from populace.launch import AllAnswersFailed
+from populace.launch import AllAnswersFailed, RunFile
 from populace.llm.offline import ServerOptions, running_server
 from populace.results import RunDirectory, read_summary, read_table
-from populace.scenarios.guess_number import RunConfig, play
+from populace.scenarios.guess_number import play
 
 
-def config(url: str, **game: Any) -> RunConfig:
-    return RunConfig.model_validate({
+def config(url: str, **game: Any) -> RunFile:
+    return game_file({
         "name": "policy", "agents": 30, "rounds": 2, "workers": 2, "seed": 3,
         "models": {"m": {"provider": "openai", "model": "dummy", "base_urls": [url],
                          "timeout": 5, "max_retries": 1, "max_backoff": 0.2,

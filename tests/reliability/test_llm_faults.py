@@ -19,9 +19,10 @@ import aiohttp
 import pyarrow.compute as pc
 import pytest
 
+from game_helpers import game_file
 from populace.llm.offline import ServerOptions, running_server
 from populace.results import RunDirectory, read_summary, read_table
-from populace.scenarios.guess_number import RunConfig, play
+from populace.scenarios.guess_number import play
 
 AGENTS, ROUNDS = 200, 3
 
@@ -44,7 +45,7 @@ def run_data(base_url: str) -> dict[str, Any]:
 
 async def _against_clean_server(run_dir: Path) -> None:
     async with running_server(ServerOptions(policy="reasoning", seed=99)) as url:
-        await play(RunConfig.model_validate(run_data(url)), RunDirectory.create(run_dir))
+        await play(game_file(run_data(url)), RunDirectory.create(run_dir))
 
 
 def _stats(base_url: str) -> dict[str, Any]:
@@ -172,7 +173,7 @@ async def _half_failing_run(run_dir: Path) -> int:
     data.update(rounds=2, game={"on_model_error": "continue", "protocol": "two_call"})
     async with running_server(ServerOptions(policy="reasoning", seed=4, rate_500=0.3)) as url:
         data["models"]["llm"].update(base_urls=[url], max_retries=1, max_backoff=0.0)
-        await play(RunConfig.model_validate(data), RunDirectory.create(run_dir))
+        await play(game_file(data), RunDirectory.create(run_dir))
         async with aiohttp.ClientSession() as session, \
                 session.get(f"{url.removesuffix('/v1')}/stats") as resp:
             return (await resp.json())["requests"]  # type: ignore[no-any-return]
@@ -202,7 +203,7 @@ def test_a_replay_restores_each_rows_retries(tmp_path: Path) -> None:
     data = run_data("http://127.0.0.1:9/v1")  # nothing listens: every answer is replayed
     data.update(rounds=2, game={"on_model_error": "continue", "protocol": "two_call"})
     replayed = tmp_path / "replayed"
-    asyncio.run(play(RunConfig.model_validate(data), RunDirectory.create(replayed),
+    asyncio.run(play(game_file(data), RunDirectory.create(replayed),
                      replay=run_dir))
     before, after = read_table(run_dir), read_table(replayed)
     answered = pc.is_null(before.column("error"))

@@ -14,23 +14,29 @@ import pytest
 import yaml
 
 from cli_helpers import run_in_process
-from populace.launch import AllAnswersFailed, checkpointed_steps, fork
+from game_helpers import game_file
+from populace.launch import (
+    AllAnswersFailed,
+    checkpointed_steps,
+    fork,
+    load_run_file,
+    scenario_of,
+)
 from populace.llm.offline import ServerOptions, running_server
 from populace.results import RunDirectory, read_agent_state, read_summary, read_table
-from populace.scenarios.guess_number import RunConfig, play
+from populace.scenarios.guess_number import GuessNumber, play
 
 FAST = {"name": "resume", "seed": 21, "agents": 200, "rounds": 3, "workers": 2,
         "models": {"dummy": {"provider": "dummy", "latency": 0.0}}}
 
 
 async def fresh(run_dir: Path, data: dict[str, Any], **options: Any) -> dict[str, Any]:
-    return await play(RunConfig.model_validate(data), RunDirectory.create(run_dir), **options)
+    return await play(game_file(data), RunDirectory.create(run_dir), **options)
 
 
 async def resumed(run_dir: Path, **options: Any) -> dict[str, Any]:
-    data = yaml.safe_load((run_dir / "config.yaml").read_text())
-    return await play(RunConfig.model_validate(data), RunDirectory(run_dir), resume=True,
-                      **options)
+    return await play(load_run_file(run_dir / "config.yaml"), RunDirectory(run_dir),
+                      resume=True, **options)
 
 
 def rows(table: pa.Table) -> list[dict[str, Any]]:
@@ -111,6 +117,75 @@ async def test_an_older_versions_run_resumes_and_forks_to_the_same_tables(
         "round-00001.ckpt", "step-00002.ckpt", "step-00003.ckpt"]
     await resumed(tmp_path / "fork")
     assert rows(read_table(tmp_path / "fork")) == reference
+
+
+#: ``config.yaml`` of FAST as the game wrote it before the run options had one owner (its own
+#: RunConfig, flat: rounds, model, assign and game beside the options).
+RUN_CONFIG_YAML = """\
+scenario: guess_number
+name: resume
+seed: 21
+agents: 200
+rounds: 3
+workers: 2
+backend: local
+address: null
+models:
+  dummy:
+    provider: dummy
+    latency: 0.0
+    jitter: 0.0
+    low: 0
+    high: 100
+model: null
+assign: null
+game:
+  ratio: 2/3
+  offset: 0.0
+  low: 0.0
+  high: 100.0
+  level: P1
+  famous_note: false
+  protocol: auto
+  extract: always
+  prompt: You are one of {n_players} players in a number game.{composition} Every
+    player privately chooses a real number between {low} and {high}, inclusive. {target_rule}
+    The player whose number is closest to the target wins.{famous_note}{group_note}
+    {instruction}
+  layout: shared_first
+  feedback: true
+  memory_rounds: 5
+  temperature: null
+  max_tokens: null
+  groups: 1
+  on_model_error: continue
+  colocate_groups: false
+  group_play: false
+checkpoint_minutes: 5.0
+keep_checkpoints: all
+population: null
+"""
+
+
+def test_a_run_the_games_run_config_wrote_resumes_to_the_same_table(
+    tmp_path: Path, reference: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import asyncio
+
+    asyncio.run(fresh(tmp_path, FAST))
+    summary = read_summary(tmp_path)  # interrupted after step 1
+    summary["status"], summary["steps"] = "interrupted", summary["steps"][:1]
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    (tmp_path / "responses.parquet").unlink()
+    for later in (2, 3):
+        (tmp_path / "checkpoints" / f"step-{later:05d}.ckpt").unlink()
+    (tmp_path / "config.yaml").write_text(RUN_CONFIG_YAML)  # by hand, as it was written
+    assert scenario_of(tmp_path) is GuessNumber
+    code, err = run_cli(monkeypatch, capsys, "run", "--resume", tmp_path)
+    assert (code, err) == (0, [])
+    assert read_summary(tmp_path)["resumed_from_step"] == 1
+    assert rows(read_table(tmp_path)) == reference
 
 
 async def test_resuming_a_finished_run_changes_nothing(

@@ -16,9 +16,9 @@ import numpy as np
 import pyarrow.compute as pc
 import pytest
 
-from populace.config import validate
+from game_helpers import game_file
 from populace.core import ModelError, SimulationStats, WorkerStats
-from populace.launch import launch, load_run_file
+from populace.launch import RunFile, launch, load_run_file
 from populace.llm import EndpointStats, ModelStats, OpenAIModel
 from populace.llm.offline import ServerOptions, running_server
 from populace.results import RunDirectory, RunMonitor, read_summary, read_table, run_snapshot
@@ -32,17 +32,17 @@ from populace.results._snapshot import (
     bin_edges,
     error_kind,
 )
-from populace.scenarios.guess_number import RunConfig, play
+from populace.scenarios.guess_number import play
 
 LIMIT = 50_000  # bytes: the live page's update payload must stay under this
 COINS = Path(__file__).resolve().parents[1] / "studio" / "coins.py"
 
 
-def config(**changes: Any) -> RunConfig:
+def config(**changes: Any) -> RunFile:
     data: dict[str, Any] = {"name": "mon", "agents": 600, "rounds": 2, "workers": 2, "seed": 3,
                             "models": {"dummy": {"provider": "dummy", "latency": 0.0}}}
     data.update(changes)
-    return validate(data, RunConfig, "test")
+    return game_file(data, "test")
 
 
 def coins(tmp_path: Path, **settings: Any) -> Any:

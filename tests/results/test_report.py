@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from cli_helpers import run_in_process as cli
+from game_helpers import game_file
 from populace.results import (
     RunDirectory,
     headline,
@@ -32,7 +33,7 @@ from populace.results import (
 )
 from populace.results._figures import overlay_metric
 from populace.results._report import run_figures
-from populace.scenarios.guess_number import GuessNumber, RunConfig, play
+from populace.scenarios.guess_number import GuessNumber, play
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
@@ -56,7 +57,7 @@ def make_run(path: Path, **changes: Any) -> Path:
             "values": ["primary school", "bachelor's degree", "doctorate"]}}},
     }
     data.update(changes)
-    asyncio.run(play(RunConfig.model_validate(data), RunDirectory.create(path)))
+    asyncio.run(play(game_file(data), RunDirectory.create(path)))
     return path
 
 

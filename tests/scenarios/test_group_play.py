@@ -10,10 +10,10 @@ import numpy as np
 import pyarrow.compute as pc
 import pytest
 
-from populace.config import validate
+from game_helpers import game_file
 from populace.core import ConfigError
 from populace.results import RunDirectory, read_summary, read_table
-from populace.scenarios.guess_number import RunConfig, play, score_groups, score_round
+from populace.scenarios.guess_number import play, score_groups, score_round
 from populace.scenarios.guess_number._rules import group_outcome
 
 
@@ -52,11 +52,11 @@ def test_the_round_keeps_individual_statistics_and_takes_the_groups_score() -> N
 
 def test_group_play_needs_two_groups() -> None:
     with pytest.raises(ConfigError, match=r"game\.group_play needs at least two groups"):
-        validate({"game": {"group_play": True}}, RunConfig, "run.yaml")
-    ok = validate({"agents": 30, "population": {"aspects": {"x": {"values": ["a", "b"]}},
-                                                "groups": {"by": "x"}},
-                   "game": {"group_play": True}}, RunConfig, "run.yaml")
-    assert ok.group_count() == 2
+        game_file({"game": {"group_play": True}})
+    ok = game_file({"agents": 30, "population": {"aspects": {"x": {"values": ["a", "b"]}},
+                                                 "groups": {"by": "x"}},
+                    "game": {"group_play": True}})
+    assert ok.config.group_count() == 2
 
 
 async def test_group_play_end_to_end_on_the_scripted_model(tmp_path: Path) -> None:
@@ -65,7 +65,7 @@ async def test_group_play_end_to_end_on_the_scripted_model(tmp_path: Path) -> No
         "models": {"s": {"provider": "scripted", "invalid": 0.1}},
         "game": {"groups": 6, "group_play": True, "level": "P2"},
     }
-    config = RunConfig.model_validate(data)
+    config = game_file(data)
     run = RunDirectory.create(tmp_path / "run")
     await play(config, run)
     table = read_table(run.path)

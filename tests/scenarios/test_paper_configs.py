@@ -23,10 +23,10 @@ from matplotlib.image import imread
 from matplotlib.patches import StepPatch
 
 from populace.cli import app
-from populace.config import load_config
+from populace.launch import load_run_file
 from populace.results import load_run, read_summary, write_report
 from populace.results._report import run_figures, sweep_figures
-from populace.scenarios.guess_number import GuessNumber, RunConfig
+from populace.scenarios.guess_number import GuessNumber
 
 PAPER = Path(__file__).resolve().parents[2] / "examples" / "paper"
 CONFIGS = sorted(p.stem for p in PAPER.glob("*.yaml") if p.stem != "scale_1m")
@@ -106,10 +106,11 @@ def test_the_paper_configs_are_all_there() -> None:
 
 
 def test_the_million_agent_config_is_valid() -> None:
-    cfg = load_config(PAPER / "scale_1m.yaml", RunConfig)
-    assert (cfg.agents, cfg.backend, cfg.rounds) == (1_000_000, "ray", 1)
-    assert cfg.models[cfg.model_name].provider == "dummy"
-    assert cfg.workers >= 16
+    cfg = load_run_file(PAPER / "scale_1m.yaml")
+    o = cfg.options
+    assert (o.agents, o.backend, o.steps) == (1_000_000, "ray", 1)
+    assert o.models[cfg.config.model_name].provider == "dummy"
+    assert o.workers >= 16
 
 
 @pytest.mark.parametrize("name", CONFIGS)

@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from game_helpers import game_file
+from populace.launch import RunFile
 from populace.results import RunDirectory
-from populace.scenarios.guess_number import RunConfig, play
+from populace.scenarios.guess_number import play
 
 
-def config(tmp_path: Path) -> RunConfig:
-    return RunConfig.model_validate({
+def config(tmp_path: Path) -> RunFile:
+    return game_file({
         "name": "pop", "agents": 120, "rounds": 1, "workers": 2, "seed": 4,
         "models": {"scripted": {"provider": "scripted"}},
         "game": {"prompt": "As a {profession}: {instruction}"},

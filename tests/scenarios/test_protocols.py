@@ -22,11 +22,13 @@ import pyarrow.compute as pc
 import pytest
 from aiohttp import web
 
+from game_helpers import game_file
 from populace.core import derive_seed, mix64, seed_for
+from populace.launch import RunFile
 from populace.llm import server_kind
 from populace.llm.offline import ServerOptions, create_app, running_server
 from populace.results import RunDirectory, read_summary, read_table
-from populace.scenarios.guess_number import RunConfig, play
+from populace.scenarios.guess_number import play
 from populace.scenarios.guess_number._prompts import RESPONSE_SCHEMA as JSON_SCHEMA
 
 SEED = 5
@@ -45,13 +47,13 @@ def llm(base_urls: Iterable[str], model: str = "dummy", **extra: Any) -> dict[st
 
 
 def make_config(models: dict[str, Any], *, agents: int, rounds: int = 2,
-                game: dict[str, Any] | None = None, **changes: Any) -> RunConfig:
+                game: dict[str, Any] | None = None, **changes: Any) -> RunFile:
     """A run on ``models``; the paper's two calls unless ``game`` says otherwise (``auto``
     would take one constrained call at P1 on serve-llm)."""
     game = {"protocol": "two_call", **(game or {})}
     data: dict[str, Any] = {"name": "http", "seed": SEED, "agents": agents, "rounds": rounds,
                             "workers": 2, "models": models, "game": game, **changes}
-    return RunConfig.model_validate(data)
+    return game_file(data)
 
 
 def expected_number(agent: int, round_no: int) -> int:
@@ -59,13 +61,14 @@ def expected_number(agent: int, round_no: int) -> int:
     return mix64(seed_for(derive_seed(SEED, round_no), agent)) % 101
 
 
-def who_asks(config: RunConfig) -> dict[int, tuple[int, int]]:
+def who_asks(config: RunFile) -> dict[int, tuple[int, int]]:
     """Request seed → (agent, round)."""
-    return {seed_for(derive_seed(config.seed, r), a): (a, r)
-            for a in range(config.agents) for r in range(1, config.rounds + 1)}
+    o = config.options
+    return {seed_for(derive_seed(o.seed, r), a): (a, r)
+            for a in range(o.agents) for r in range(1, o.steps + 1)}
 
 
-async def run_into(tmp_path: Path, config: RunConfig, name: str = "run") -> Path:
+async def run_into(tmp_path: Path, config: RunFile, name: str = "run") -> Path:
     rd = RunDirectory.create(tmp_path / name)
     await play(config, rd)
     return rd.path
@@ -286,7 +289,7 @@ async def test_mixed_models(tmp_path: Path, recorder: Recorder) -> None:
     model_of: dict[int, set[str]] = {}
     for row in table.to_pylist():
         model_of.setdefault(row["agent_id"], set()).add(row["model"])
-    assigned = config.assignment().tolist()
+    assigned = config.config.assignment().tolist()
     assert {a: m.pop() for a, m in model_of.items() if len(m) == 1} == dict(enumerate(assigned))
     profiles = read_table(path, "profiles")
     assert profiles.column("model").to_pylist() == assigned
@@ -316,9 +319,8 @@ def test_assignment_is_exact_and_seeded() -> None:
     models = {"a": {"provider": "dummy"}, "b": {"provider": "dummy"}, "c": {"provider": "dummy"}}
 
     def counts(agents: int, assign: dict[str, Any], seed: int = 0) -> Counter[str]:
-        cfg = RunConfig.model_validate(
-            {"agents": agents, "seed": seed, "models": models, "assign": assign})
-        return Counter(cfg.assignment().tolist())
+        cfg = game_file({"agents": agents, "seed": seed, "models": models, "assign": assign})
+        return Counter(cfg.config.assignment().tolist())
 
     # Largest remainder: 10 × 1/3 each → 3, 3, 3 and the seat left to the first tie.
     third = {"a": "1/3", "b": "1/3", "c": "1/3"}
@@ -329,9 +331,8 @@ def test_assignment_is_exact_and_seeded() -> None:
     assert counts(5, {"a": 0, "c": 1}) == {"c": 5}
 
     def order(seed: int) -> list[str]:
-        cfg = RunConfig.model_validate(
-            {"agents": 60, "seed": seed, "models": models, "assign": third})
-        return cfg.assignment().tolist()
+        cfg = game_file({"agents": 60, "seed": seed, "models": models, "assign": third})
+        return cfg.config.assignment().tolist()
 
     assert order(1) == order(1)
     assert order(1) != order(2)
@@ -436,16 +437,17 @@ def test_auto_picks_one_constrained_call_at_p1_on_a_server_that_takes_choices() 
         return server_kind(server).supports("choice")
 
     for server in ("vllm", "sglang", "llamacpp", "populace"):
-        assert config.protocol_for("llm", choice(server)) == "constrained"
-    assert config.protocol_for("llm", choice("openai")) == "two_call"  # no choice constraint
-    assert config.protocol_for("llm", choice("auto")) == "two_call"  # not known (a replay)
-    assert config.protocol_for("llm") == "two_call"
+        assert config.config.protocol_for("llm", choice(server)) == "constrained"
+    assert config.config.protocol_for("llm", choice("openai")) == "two_call"  # no choice constraint
+    assert config.config.protocol_for("llm", choice("auto")) == "two_call"  # not known (a replay)
+    assert config.config.protocol_for("llm") == "two_call"
     p2 = make_config({"llm": llm(["http://gpu:8000/v1"])}, agents=4,
                      game={**auto, "level": "P2"})
-    assert p2.protocol_for("llm", choice("vllm")) == "two_call"  # the level asks for reasoning
+    # the level asks for reasoning
+    assert p2.config.protocol_for("llm", choice("vllm")) == "two_call"
     real = make_config({"llm": llm(["http://gpu:8000/v1"])}, agents=4,
                        game={**auto, "high": 0.5})
-    assert real.protocol_for("llm", choice("llamacpp")) == "two_call"  # not integers
+    assert real.config.protocol_for("llm", choice("llamacpp")) == "two_call"  # not integers
 
 
 async def test_auto_on_serve_llm_at_p1_is_one_call_and_a_replay_keeps_it(

@@ -484,7 +484,7 @@ SETTINGS_ERRORS = [
     ({"news": [{"step": 1, "label": "c", "text": "t", "where": {"x": "y"}}]},
      "settings.news.0.where.x: not an aspect of the population"),
     ({"policy": "model", "model": "nope"}, "settings.model: 'nope' is not under models:"),
-    ({"policy": "model"}, "settings.model: several models are configured (a, b)"),
+    ({"policy": "model"}, "models: several are configured (a, b); set model:"),
     ({"feed": {"recommender": "best"}}, "settings.feed.recommender: "),
     ({"active": {"share": 0.5, "by": "colour", "shares": {"x": 0.1}}},
      "settings.active.by: 'colour' is not an aspect"),

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from populace.config import load_config
+from populace.launch import load_run_file
 from populace.results import RunDirectory
-from populace.scenarios.guess_number import RunConfig, play
+from populace.scenarios.guess_number import play
 from populace.studio import Runs, create_app
 
 HOST = "http://127.0.0.1:8765"  # what TestClient sends as Host: a loopback studio checks it
@@ -55,7 +55,7 @@ def workspace(tmp_path: Path) -> Path:
     write_run_file(root / "experiments" / "slow.yaml", name="slow", rounds=5, latency=0.5)
     (root / "notes.yaml").write_text("just: notes\n")  # not a run file: not listed
     (tmp_path / "outside.yaml").write_text((root / "tiny.yaml").read_text())
-    cfg = load_config(root / "tiny.yaml", RunConfig)
+    cfg = load_run_file(root / "tiny.yaml")
     asyncio.run(play(cfg, RunDirectory.create(root / "runs" / "finished")))
     return root
 

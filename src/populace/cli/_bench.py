@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -12,10 +13,9 @@ from rich.table import Table
 
 from populace._procmem import PeakMemory
 from populace._strict import MAX_AGENTS, MAX_LATENCY_S, MAX_STEPS, MAX_WORKERS
-from populace.config import validate
 from populace.core import ConfigError
-from populace.launch import ConsoleObserver
-from populace.scenarios.guess_number import RunConfig, Timings, play
+from populace.launch import ConsoleObserver, parse_run_file
+from populace.scenarios.guess_number import Timings, play
 
 from ._app import EXIT_CONFIG, Fail, bool_option, check_seconds, err, out
 
@@ -37,23 +37,23 @@ def bench(
     """
     check_seconds("--latency", latency, MAX_LATENCY_S)
     try:
-        cfg = validate({
-            "name": "bench", "agents": agents, "rounds": rounds, "workers": workers,
-            "models": {"dummy": {"provider": "dummy", "latency": latency}},
+        run_file = parse_run_file({
+            "scenario": "guess_number", "name": "bench", "agents": agents, "rounds": rounds,
+            "workers": workers, "models": {"dummy": {"provider": "dummy", "latency": latency}},
             "backend": backend, "address": address,
-        }, RunConfig, "bench")
+        }, Path("bench"))
     except ConfigError as e:  # name the flag: "--backend: ..."
         key, _, why = str(e).removeprefix("bench: ").partition(": ")
         flag = "--latency" if key == "models.dummy.latency" else f"--{key}"
         raise Fail(f"{flag}: {why}" if why else str(e), EXIT_CONFIG) from None
     timings = Timings()
     with PeakMemory() as peak:
-        asyncio.run(play(cfg, None, None, timings,
+        asyncio.run(play(run_file, None, None, timings,
                          observers=[ConsoleObserver(err, err, lines=False)]))
     cpu_us = [c / agents * 1e6 for c in timings.round_cpu_s]
     result = {
         "agents": agents, "latency_s": latency, "rounds": rounds, "workers": workers,
-        "backend": cfg.backend, "create_s": round(timings.create_s, 4),
+        "backend": run_file.options.backend, "create_s": round(timings.create_s, 4),
         "round_s": [round(w, 4) for w in timings.round_wall_s],
         "overhead_s": [round(w - latency, 4) for w in timings.round_wall_s],
         "cpu_us_per_agent": [round(c, 2) for c in cpu_us],

@@ -42,8 +42,8 @@ class ModelChoice:
         """The choice a run file makes: ``settings.model`` (default: the only model under
         ``models:``) or, when the settings declare an ``assign`` field, ``settings.assign``
         (fractions adding up to 1, or counts adding up to ``agents``). A mistake is a
-        :class:`~populace.core.ConfigError` naming ``settings.model`` or
-        ``settings.assign``."""
+        :class:`~populace.core.ConfigError` naming ``settings.model``, ``settings.assign``
+        or, when several models are configured and none is chosen, ``models``."""
         models = list(options.models)
         model: str | None = getattr(settings, "model", None)
         mixable = "assign" in type(settings).model_fields
@@ -69,11 +69,10 @@ class ModelChoice:
                 raise ConfigError(f"{source}: settings.assign: fractions add up to "
                                   f"{float(total):g}, expected 1")
             return cls(None, dict(shares))
-        if model is None and len(models) > 1:
+        if model is None and len(models) > 1:  # no key of the settings was wrong: models is
             mix = ", or assign: to mix them" if mixable else ""
-            raise ConfigError(f"{source}: settings.model: several models are configured "
-                              f"({', '.join(models)}); set model: to the one the agents "
-                              f"use{mix}")
+            raise ConfigError(f"{source}: models: several are configured ({', '.join(models)})"
+                              f"; set model: to the one the agents use{mix}")
         return cls(model or models[0])
 
     @property

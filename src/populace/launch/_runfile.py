@@ -40,6 +40,7 @@ from populace._strict import (
     KeepCheckpoints,
     StrictModel,
     address_checked,
+    fail_at,
     only_with_address,
 )
 from populace.config import format_error, key_text, read_yaml, unknown_key
@@ -110,6 +111,10 @@ class RunOptions(StrictModel):
     def _population(self) -> RunOptions:
         if self.population is not None:
             self.population.check_agents(self.agents)
+            model = self.population.backgrounds.model
+            if model is not None and model not in self.models:
+                fail_at(("population", "backgrounds", "model"), f"{model!r} is not under "
+                        f"models: (have: {', '.join(self.models)})")
         return self
 
     def backend_options(self) -> dict[str, Any]:

@@ -8,7 +8,7 @@ participant asks its model and reports a number; the moderator scores the round
 """
 
 from ._agents import Guess, Participant, Rules
-from ._config import DEFAULT_PROMPT, PROMPT_FIELDS, GameConfig, RunConfig
+from ._config import DEFAULT_PROMPT, PROMPT_FIELDS, GameConfig
 from ._play import RESPONSE_SCHEMA, GuessNumber, Reporter, SilentReporter, Timings, play
 from ._rules import (
     GroupScores,
@@ -31,7 +31,6 @@ __all__ = [
     "Reporter",
     "RoundOutcome",
     "Rules",
-    "RunConfig",
     "SilentReporter",
     "Timings",
     "parse_number",

@@ -2,7 +2,8 @@
 
 :class:`GuessNumber` is the game as a :class:`~populace.launch.Scenario` (``scenario:
 guess_number``), so the launcher gives it what every scenario gets; :func:`play` runs a
-:class:`RunConfig` through the same launcher, for programs and benchmarks.
+game's :class:`~populace.launch.RunFile` through the same launcher, for programs and
+benchmarks.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from populace.config import validate
 from populace.core import ModelError, Msg, derive_seed, outcomes_table
 from populace.launch import (
     Observer,
@@ -27,7 +27,6 @@ from populace.launch import (
     RunFile,
     RunOptions,
     Scenario,
-    ScenarioSettings,
     StudioView,
     launch,
 )
@@ -35,7 +34,7 @@ from populace.population import diversity_report
 from populace.results import RunDirectory, RunMonitor, atomic_write
 
 from ._agents import Participant, Rules
-from ._config import GameConfig, RunConfig
+from ._config import GameSettings, GameSetup, check_game
 from ._prompts import FAMOUS_NOTE, GROUP_NOTE, INSTRUCTIONS, composition, describe_target
 from ._rules import RoundOutcome, group_outcome, score_groups, score_round
 from ._world import build_world, monitor_world, publish
@@ -61,6 +60,12 @@ RESPONSE_SCHEMA = pa.schema([
     ("prompt_tokens", pa.int32()),
     ("completion_tokens", pa.int32()),
 ])
+
+
+#: The keys of the game's ``config.yaml`` in the order it has always written them.
+_WRITTEN = ("scenario", "name", "seed", "agents", "rounds", "workers", "backend", "address",
+            "models", "model", "assign", "game", "checkpoint_minutes", "keep_checkpoints",
+            "population")
 
 
 class Reporter(Protocol):
@@ -99,8 +104,8 @@ class _KeepMissing(dict[str, Any]):
         return "{" + key + "}"
 
 
-def _composition(config: RunConfig, profiles: pa.Table) -> str:
-    pop = config.population
+def _composition(config: GameSetup, profiles: pa.Table) -> str:
+    pop = config.options.population
     if pop is None or pop.groups is None or pop.groups.by is None:
         return ""
     tally = pc.value_counts(profiles.column(pop.groups.by).combine_chunks()).to_pylist()
@@ -109,7 +114,7 @@ def _composition(config: RunConfig, profiles: pa.Table) -> str:
     return composition(pop.groups.by, ordered)
 
 
-def _round_prompt(config: RunConfig, round_no: int, last: RoundOutcome | None,
+def _round_prompt(config: GameSetup, round_no: int, last: RoundOutcome | None,
                   composition_note: str = "") -> str:
     game = config.game
     history = ""
@@ -117,14 +122,14 @@ def _round_prompt(config: RunConfig, round_no: int, last: RoundOutcome | None,
         history = (f"In the previous round the average was {last.mean:.2f}, the target was "
                    f"{last.target:.2f} and the winning number was {last.winner_number:g}. ")
     return game.prompt.format_map(_KeepMissing(
-        composition=composition_note, n_players=config.agents,
+        composition=composition_note, n_players=config.options.agents,
         low=f"{game.low:g}", high=f"{game.high:g}",
         ratio=f"{game.ratio}", offset=f"{game.offset:g}",
         target_rule=describe_target(game.ratio, game.offset),
         famous_note=FAMOUS_NOTE if game.famous_note else "",
         group_note=GROUP_NOTE.format(groups=config.group_count()) if game.group_play else "",
         instruction=INSTRUCTIONS[game.level],
-        round=round_no, rounds=config.rounds, history=history,
+        round=round_no, rounds=config.options.steps, history=history,
     ))
 
 
@@ -175,7 +180,7 @@ def _field(replies: pa.Table, name: str, kind: pa.DataType) -> pa.ChunkedArray |
     return replies.column(name).cast(kind)
 
 
-def _usage(table: pa.Table, config: RunConfig) -> dict[str, dict[str, Any]]:
+def _usage(table: pa.Table, config: GameSetup) -> dict[str, dict[str, Any]]:
     """LLM calls, retries, tokens and (where prices are set) cost of one round, per model."""
     grouped = table.group_by("model").aggregate([
         ("calls", "sum"), ("retries", "sum"), ("prompt_tokens", "sum"),
@@ -190,7 +195,7 @@ def _usage(table: pa.Table, config: RunConfig) -> dict[str, dict[str, Any]]:
             "completion_tokens": int(row["completion_tokens_sum"] or 0),
         }
         out[row["model"]] = entry
-        prices = getattr(config.models[row["model"]], "price_per_million", None)
+        prices = getattr(config.options.models[row["model"]], "price_per_million", None)
         if prices is not None:
             entry["cost"] = round((entry["prompt_tokens"] * prices[0]
                                    + entry["completion_tokens"] * prices[1]) / 1e6, 6)
@@ -208,25 +213,24 @@ class GuessNumber(Scenario):
     defaults = {"agents": 1000, "steps": 1}
     shown = ("n_valid", "mean", "median", "std", "target", "winner_number")
 
-    class Settings(ScenarioSettings):
-        model: str | None = None
-        assign: dict[str, Any] | None = None
-        game: GameConfig = GameConfig()
+    Settings = GameSettings
 
     @classmethod
-    def check(cls, options: RunOptions, settings: GuessNumber.Settings, source: str
-              ) -> RunConfig:
-        """The whole run file as the game's :class:`RunConfig` (its cross-checks: models,
-        shares, population, prompt fields)."""
-        data = options.model_dump(mode="json", exclude={"settings", "steps"})
-        data.update(scenario="guess_number", rounds=options.steps,
-                    **settings.model_dump(mode="json"))
-        return validate(data, RunConfig, source)
+    def check(cls, options: RunOptions, settings: GameSettings, source: str) -> GameSetup:
+        """The game's checks across the run file (models and shares, the prompt's fields
+        against the population, groups against agents); its reading of the run file."""
+        return check_game(options, settings, source)
 
     @classmethod
     def resolved(cls, run_file: RunFile) -> dict[str, Any]:
-        config: RunConfig = run_file.config
-        return config.resolved()
+        """The flat form the game has always written (``rounds:``, ``model:``, ``assign:``
+        and ``game:`` beside the run options), so that ``--set game.ratio=…`` forks and
+        sweeps a run's ``config.yaml`` as before."""
+        data = {**run_file.options.model_dump(mode="json", exclude={"settings"}),
+                **run_file.settings.model_dump(mode="json"), "scenario": run_file.scenario_ref}
+        data["rounds"] = data.pop("steps")
+        first = [k for k in _WRITTEN if k in data]
+        return {k: data[k] for k in [*first, *(k for k in data if k not in _WRITTEN)]}
 
     @classmethod
     def live_range(cls, run_file: RunFile) -> tuple[float, float]:
@@ -248,10 +252,10 @@ class GuessNumber(Scenario):
                 f"winner={_fmt(o.winner_number, 'g')}")
 
     async def setup(self, run: Run) -> None:
-        config: RunConfig = run.config
+        config: GameSetup = run.config
         self.config = config
         game = config.game
-        n = config.agents
+        n = config.options.agents
         self.ids = ids = np.arange(n, dtype=np.int64)
         people = run.population
         if people is not None and "group" in people.column_names:
@@ -264,7 +268,7 @@ class GuessNumber(Scenario):
         attributes = config.agent_fields()
         protocols = {name: config.protocol_for(name, run.supports(name, "choice"))
                      for name in in_use}
-        rules = Rules(config.seed, game.low, game.high, game.temperature, game.max_tokens,
+        rules = Rules(config.options.seed, game.low, game.high, game.temperature, game.max_tokens,
                       protocols, game.memory_rounds, attributes, game.layout, game.extract)
         profiles = pa.table({"agent_id": ids, "group": self.groups, "model": self.models})
         if people is not None:
@@ -274,11 +278,11 @@ class GuessNumber(Scenario):
         self.composition_note = _composition(config, profiles)
         run.write_profiles(profiles)
         if run.run_dir is not None:
-            if config.population is not None:
+            if config.options.population is not None:
                 written = (profiles.select(["agent_id", "background"])
                            if "background" in profiles.column_names else None)
-                report = diversity_report(profiles, config.population, written,
-                                          seed=config.seed)
+                report = diversity_report(profiles, config.options.population, written,
+                                          seed=config.options.seed)
                 atomic_write(run.run_dir.path / "diversity.json",
                              (json.dumps(report, indent=2, default=str) + "\n").encode())
         self.group_ids = np.unique(self.groups).tolist() if game.group_play else None
@@ -313,7 +317,7 @@ class GuessNumber(Scenario):
         config, game = self.config, self.config.game
         # One seed per round; each participant mixes in its id (seed_for).
         ask = Msg("moderator", _round_prompt(config, t, self.last, self.composition_note),
-                  metadata={"round": t, "seed": derive_seed(config.seed, t)})
+                  metadata={"round": t, "seed": derive_seed(config.options.seed, t)})
         answers = self.players.broadcast(ask)
         replies = await run.collect(answers, measure=_live, on_error="return", as_table=True,
                                     partial=("responses", self._rows(t)))
@@ -413,19 +417,8 @@ class _Reporting:
         self.timings.wall_s = summary["wall_s"]
 
 
-def run_file(config: RunConfig) -> RunFile:
-    """The launcher's view of ``config``."""
-    options = RunOptions(
-        scenario="guess_number", name=config.name, seed=config.seed, agents=config.agents,
-        steps=config.rounds, workers=config.workers, backend=config.backend,
-        address=config.address, models=config.models, population=config.population,
-        checkpoint_minutes=config.checkpoint_minutes, keep_checkpoints=config.keep_checkpoints)
-    settings = GuessNumber.Settings(model=config.model, assign=config.assign, game=config.game)
-    return RunFile(Path(config.name), options, GuessNumber, settings, "guess_number", config)
-
-
 async def play(
-    config: RunConfig,
+    run_file: RunFile,
     run_dir: RunDirectory | None = None,
     reporter: Reporter | None = None,
     timings: Timings | None = None,
@@ -435,16 +428,25 @@ async def play(
     monitor: RunMonitor | None = None,
     observers: Sequence[Observer] = (),
 ) -> dict[str, Any]:
-    """Play ``config.rounds`` rounds through the launcher; write results to ``run_dir``.
+    """Play the game's run file ``run_file`` through the launcher (its ``rounds``); write
+    results to ``run_dir``.
 
-    The same as ``populace run`` on the config's run file, without its recovery: a lost
-    worker raises :class:`~populace.core.WorkerLost` (``resume=True`` then continues from
-    the last checkpoint). ``replay`` answers every call from an earlier run's recording;
-    ``monitor`` receives live progress for the studio; ``observers`` are told how the run
-    goes, as ``launch`` tells them (progress bars). Returns the summary.
+    The same as ``populace run`` on the run file, without its recovery: a lost worker
+    raises :class:`~populace.core.WorkerLost` (``resume=True`` then continues from the last
+    checkpoint). ``replay`` answers every call from an earlier run's recording; ``monitor``
+    receives live progress for the studio; ``observers`` are told how the run goes, as
+    ``launch`` tells them (progress bars). Returns the summary.
+
+    >>> run_file = parse_run_file({"scenario": "guess_number", "agents": 100},
+    ...                           Path("run.yaml"))  # doctest: +SKIP
+    >>> summary = asyncio.run(play(run_file))  # doctest: +SKIP
     """
+    if not (isinstance(run_file, RunFile) and issubclass(run_file.scenario, GuessNumber)):
+        raise TypeError(f"play() takes a RunFile of the game (load_run_file(path) or "
+                        f"parse_run_file(data, path) with scenario: guess_number), not "
+                        f"{type(run_file).__name__}")
     observer = _Reporting(reporter or SilentReporter(), timings if timings is not None
-                          else Timings(), config.agents)
-    return await launch(run_file(config), run_dir, monitor=monitor,
+                          else Timings(), run_file.options.agents)
+    return await launch(run_file, run_dir, monitor=monitor,
                         observers=[observer, *observers],
                         resume=resume, replay=replay, max_recoveries=0)
