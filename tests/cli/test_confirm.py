@@ -3,7 +3,7 @@
 a model without a server; a resume, a fork and a sweep count what they are about to play.
 
 Against ``populace serve-llm`` (the scripted game: one call per agent and round). The
-threshold is lowered in the process for the in-process runs, so that they stay small."""
+in-process runs lower the threshold with ``confirm_above:``, so that they stay small."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ import pytest
 import yaml
 
 from cli_helpers import environment, run_in_process, run_ok
-from populace.cli import _confirm
 from populace.launch import fork
 from populace.results import read_summary
 
@@ -53,14 +52,11 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def game(directory: Path, url: str, agents: int, rounds: int = 1, **more: Any) -> Path:
     path = directory / "game.yaml"
     path.write_text(yaml.safe_dump({
-        "name": "game", "seed": 3, "agents": agents, "rounds": rounds, "models": {
+        "scenario": "guess_number", "name": "game", "seed": 3, "agents": agents,
+        "rounds": rounds, "models": {
             "scripted": {"provider": "openai", "model": "scripted", "base_urls": [url],
                          "max_concurrency": 64}}, **more}))
     return path
-
-
-def threshold(monkeypatch: Patch, calls: int) -> None:
-    monkeypatch.setattr(_confirm, "CONFIRM_ABOVE", calls)
 
 
 class _Terminal(io.StringIO):
@@ -118,9 +114,8 @@ def test_in_a_terminal_it_asks_and_a_no_starts_nothing(tmp_path: Path, url: str)
 
 def test_yes_starts_it_without_a_pilot(tmp_path: Path, url: str, capsys: Cap,
                                        monkeypatch: Patch) -> None:
-    threshold(monkeypatch, 100)
     stdin(monkeypatch)
-    path = game(tmp_path, url, 300)
+    path = game(tmp_path, url, 300, confirm_above=100)
     code, _, err = run_in_process(capsys, monkeypatch, "run", path, "--out", tmp_path / "no")
     assert code == 2 and "pass --yes to start it" in one_line(err)
     assert not (tmp_path / "no").exists()
@@ -133,9 +128,9 @@ def test_yes_starts_it_without_a_pilot(tmp_path: Path, url: str, capsys: Cap,
 
 def test_in_a_terminal_a_yes_starts_it(tmp_path: Path, url: str, capsys: Cap,
                                        monkeypatch: Patch) -> None:
-    threshold(monkeypatch, 100)
     stdin(monkeypatch, "y\n", terminal=True)
-    code, out, err = run_in_process(capsys, monkeypatch, "run", game(tmp_path, url, 300),
+    code, out, err = run_in_process(capsys, monkeypatch, "run",
+                                    game(tmp_path, url, 300, confirm_above=100),
                                     "--out", tmp_path / "out")
     assert code == 0, err
     text = " ".join(out.split())
@@ -148,9 +143,9 @@ def test_in_a_terminal_a_yes_starts_it(tmp_path: Path, url: str, capsys: Cap,
 def test_below_the_threshold_it_says_the_estimate_and_starts(tmp_path: Path, url: str,
                                                               capsys: Cap,
                                                               monkeypatch: Patch) -> None:
-    threshold(monkeypatch, 1000)  # 300 agents could make 3,000 calls: worth a pilot
-    stdin(monkeypatch)
-    code, out, err = run_in_process(capsys, monkeypatch, "run", game(tmp_path, url, 300),
+    stdin(monkeypatch)  # 300 agents could make 3,000 calls: worth a pilot
+    code, out, err = run_in_process(capsys, monkeypatch, "run",
+                                    game(tmp_path, url, 300, confirm_above=1000),
                                     "--out", tmp_path / "out")
     assert code == 0, err
     assert "predicted for the run: 300 LLM calls" in out and "Start it?" not in out
@@ -169,10 +164,10 @@ def test_a_run_too_small_to_reach_it_is_not_piloted(tmp_path: Path, url: str, ca
                                    {"provider": "scripted"}])
 def test_a_model_without_a_server_never_asks(tmp_path: Path, model: dict[str, Any],
                                              capsys: Cap, monkeypatch: Patch) -> None:
-    threshold(monkeypatch, 0)
     stdin(monkeypatch)
     path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump({"agents": 50, "rounds": 2, "models": {"m": model}}))
+    path.write_text(yaml.safe_dump({"scenario": "guess_number", "agents": 50, "rounds": 2,
+                                    "models": {"m": model}, "confirm_above": 0}))
     code, out, err = run_in_process(capsys, monkeypatch, "run", path, "--out", tmp_path / "out")
     assert code == 0, err
     assert "estimating" not in out
@@ -192,14 +187,15 @@ def test_a_resume_counts_the_steps_it_still_plays(tmp_path: Path, played: Path, 
                                                   monkeypatch: Patch) -> None:
     stdin(monkeypatch)
     stopped = tmp_path / "stopped"
-    fork(played, 1, {}, stopped)  # a run directory that has played 1 of its 3 steps
-    threshold(monkeypatch, 500)  # the 2 steps left make 600 calls
+    # a run directory that has played 1 of its 3 steps; the 2 steps left make 600 calls
+    fork(played, 1, {"confirm_above": 500}, stopped)
     code, out, err = run_in_process(capsys, monkeypatch, "run", "--resume", stopped)
     assert code == 2
     assert one_line(err).startswith("error: the resume is predicted to make 600 LLM calls")
     assert "the resume plays 2 of the 3 steps: 600 LLM calls" in " ".join(out.split())
     assert read_summary(stopped)["status"] == "interrupted"  # refused, not removed
-    threshold(monkeypatch, 700)  # the whole run's 900 are above it; what is left is not
+    config = stopped / "config.yaml"  # the whole run's 900 are above 700; what is left not
+    config.write_text(config.read_text().replace("confirm_above: 500", "confirm_above: 700"))
     code, out, err = run_in_process(capsys, monkeypatch, "run", "--resume", stopped)
     assert code == 0, err
     assert "predicted for the resume: 600 LLM calls" in out
@@ -210,15 +206,13 @@ def test_a_fork_counts_the_steps_after_at_and_a_refused_one_leaves_nothing(
         tmp_path: Path, played: Path, capsys: Cap, monkeypatch: Patch) -> None:
     stdin(monkeypatch)
     target = tmp_path / "fork"
-    threshold(monkeypatch, 200)  # step 3 alone: 300 calls
     code, _, err = run_in_process(capsys, monkeypatch, "run", "--fork", played, "--at", "2",
-                                  "--out", target)
+                                  "--set", "confirm_above=200", "--out", target)  # 300 calls
     assert code == 2
     assert one_line(err).startswith("error: the fork is predicted to make 300 LLM calls")
     assert not target.exists()
-    threshold(monkeypatch, 400)
     code, out, err = run_in_process(capsys, monkeypatch, "run", "--fork", played, "--at", "2",
-                                    "--out", target)
+                                    "--set", "confirm_above=400", "--out", target)
     assert code == 0, err
     assert "predicted for the fork: 300 LLM calls" in out
     assert read_summary(target)["status"] == "completed"
@@ -226,9 +220,8 @@ def test_a_fork_counts_the_steps_after_at_and_a_refused_one_leaves_nothing(
 
 def test_a_sweep_asks_once_for_all_its_points(tmp_path: Path, url: str, capsys: Cap,
                                               monkeypatch: Patch) -> None:
-    threshold(monkeypatch, 500)  # two points of 300 calls each
-    stdin(monkeypatch)
-    path = game(tmp_path, url, 300, sweep={"seed": [1, 2]})
+    stdin(monkeypatch)  # two points of 300 calls each
+    path = game(tmp_path, url, 300, sweep={"seed": [1, 2]}, confirm_above=500)
     code, out, err = run_in_process(capsys, monkeypatch, "run", path, "--out", tmp_path / "out")
     assert code == 2
     assert one_line(err).startswith("error: the sweep is predicted to make 600 LLM calls")
@@ -238,9 +231,25 @@ def test_a_sweep_asks_once_for_all_its_points(tmp_path: Path, url: str, capsys: 
 
 def test_a_replay_never_asks(tmp_path: Path, url: str, played: Path, capsys: Cap,
                              monkeypatch: Patch) -> None:
-    threshold(monkeypatch, 0)
     stdin(monkeypatch)
-    code, out, err = run_in_process(capsys, monkeypatch, "run", game(tmp_path, url, 300, 3),
+    code, out, err = run_in_process(capsys, monkeypatch, "run",
+                                    game(tmp_path, url, 300, 3, confirm_above=0),
                                     "--replay", played, "--out", tmp_path / "out")
     assert code == 0, err
     assert "estimating" not in out
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    (-1, "Input should be greater than or equal to 0 (got -1)"),
+    ("lots", "Input should be a valid integer (got 'lots')"),
+    (1.5, "Input should be a valid integer (got 1.5)"),
+])
+def test_a_bad_confirm_above_is_one_line_naming_it(tmp_path: Path, url: str, value: Any,
+                                                   why: str, capsys: Cap,
+                                                   monkeypatch: Patch) -> None:
+    stdin(monkeypatch)
+    path = game(tmp_path, url, 300, confirm_above=value)
+    code, _, err = run_in_process(capsys, monkeypatch, "run", path, "--out", tmp_path / "out")
+    assert code == 2
+    assert one_line(err) == f"error: {path}: confirm_above: {why}"
+    assert not (tmp_path / "out").exists()

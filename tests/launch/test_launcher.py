@@ -128,7 +128,8 @@ def test_an_option_the_scenario_cannot_take_is_refused(votes_file: Callable[...,
     ({"steps": 2, "rounds": 3}, "rounds: give steps or rounds, not both"),
     ({"modls": {}}, "modls: unknown key (did you mean models?) (expected one of: scenario, "
                     "name, seed, agents, steps, workers, backend, address, models, population, "
-                    "checkpoint_minutes, keep_checkpoints, rounds; or a setting of votes: "
+                    "checkpoint_minutes, keep_checkpoints, confirm_above, rounds; or a "
+                    "setting of votes: "
                     "start_share, think, fail_at, broken)"),
     ({"backend": "slurm"}, "backend: Input should be 'local' or 'ray'"),
 ])

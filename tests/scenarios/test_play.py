@@ -112,7 +112,8 @@ async def test_config_and_profiles(tmp_path: Path) -> None:
     # flat, in the order the game has always written it: forks and sweeps set game.ratio
     assert list(written) == ["scenario", "name", "seed", "agents", "rounds", "workers",
                              "backend", "address", "models", "model", "assign", "game",
-                             "checkpoint_minutes", "keep_checkpoints", "population"]
+                             "checkpoint_minutes", "keep_checkpoints", "population",
+                             "confirm_above"]  # keys added since: after them
     assert written["game"]["ratio"] == "2/3"
     assert written["game"]["groups"] == 3
     assert written["models"]["dummy"]["latency"] == 0.01

@@ -2,11 +2,11 @@
 is large (issue 28).
 
 A run on a model behind a server (provider ``openai``) is estimated as ``populace estimate``
-estimates it, from a pilot run; when the predicted LLM calls are above
-:data:`CONFIRM_ABOVE`, the estimate is shown and the run starts on a yes only. Without a
-terminal to answer in, it is refused in one line that names ``--yes``. ``--yes`` and
-``--replay`` skip all this; the dummy and scripted models cost nothing and are never
-estimated, and a python provider's cost cannot be measured from here.
+estimates it, from a pilot run; when the predicted LLM calls are above the run file's
+``confirm_above:`` (10,000 unless it says), the estimate is shown and the run starts on a
+yes only. Without a terminal to answer in, it is refused in one line that names ``--yes``.
+``--yes`` and ``--replay`` skip all this; the dummy and scripted models cost nothing and
+are never estimated, and a python provider's cost cannot be measured from here.
 
 What is counted is what the command is about to spend: a new run's steps and backgrounds,
 the steps a resume or a fork still has to play (its backgrounds were written before), a
@@ -30,10 +30,7 @@ from populace.llm import OpenAIConfig
 from ._app import EXIT_CONFIG, Fail, out
 from ._estimate import duration, predicted, show
 
-#: Predicted LLM calls (the steps' and the backgrounds') above which ``populace run`` shows
-#: the estimate and asks before it starts.
-CONFIRM_ABOVE = 10_000
-#: A run is piloted only when its agents × steps × this is above :data:`CONFIRM_ABOVE`: a
+#: A run is piloted only when its agents × steps × this is above its ``confirm_above:``: a
 #: pilot spends calls and time, and a run under that would need more calls per agent and
 #: step than any of ours makes to reach the threshold.
 CALLS_PER_AGENT_STEP = 10
@@ -93,11 +90,15 @@ class _Spend:
 
 def confirm(starts: Sequence[Start], what: str, *, yes: bool) -> None:
     """Ask before ``starts`` (what one command starts: a run, a resume, a fork or a sweep's
-    points; ``what`` names it) spend more than :data:`CONFIRM_ABOVE` predicted LLM calls;
-    :class:`Fail` when the answer is no or nobody is there to give it."""
+    points; ``what`` names it) spend more predicted LLM calls than their run files'
+    ``confirm_above:`` (a sweep's points: the lowest); :class:`Fail` when the answer is no
+    or nobody is there to give it."""
     served = [s for s in starts if s.served and s.steps > 0]
+    if yes or not served:
+        return
+    above = min(s.run_file.options.confirm_above for s in served)
     reach = sum(s.run_file.options.agents * s.steps for s in served) * CALLS_PER_AGENT_STEP
-    if yes or reach <= CONFIRM_ABOVE:
+    if reach <= above:
         return
     results = []
     for s in served:
@@ -106,7 +107,7 @@ def confirm(starts: Sequence[Start], what: str, *, yes: bool) -> None:
                   soft_wrap=True, highlight=False)
         results.append((s, asyncio.run(estimate(s.data, s.run_file.path, s.overrides))))
     spend = sum((_Spend.of(r, s.remaining) for s, r in results), _Spend(0, 0, None))
-    if spend.calls <= CONFIRM_ABOVE:
+    if spend.calls <= above:
         out.print(f"predicted for {what}: {spend}; starting", soft_wrap=True, highlight=False)
         return
     for s, result in results:
@@ -117,7 +118,7 @@ def confirm(starts: Sequence[Start], what: str, *, yes: bool) -> None:
         if s.remaining is not None:
             out.print(f"{what} plays {s.remaining} of the {result.steps} steps: "
                       f"{_Spend.of(result, s.remaining)}", soft_wrap=True, highlight=False)
-    line = (f"{what} is predicted to make {spend}, more than the {CONFIRM_ABOVE:,} that "
+    line = (f"{what} is predicted to make {spend}, more than the {above:,} that "
             "populace run starts without asking")
     if not sys.stdin.isatty():
         raise Fail(f"{line}; pass --yes to start it", EXIT_CONFIG)

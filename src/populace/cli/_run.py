@@ -17,6 +17,7 @@ from populace.launch import (
     MAX_RECOVERIES,
     ConsoleObserver,
     RunFile,
+    RunOptions,
     ScenarioFailed,
     Terminated,
     launch,
@@ -35,7 +36,7 @@ from ._app import (
     out,
     path_is,
 )
-from ._confirm import CONFIRM_ABOVE, Start, confirm
+from ._confirm import Start, confirm
 from ._studio import studio_beside
 
 
@@ -72,8 +73,10 @@ def run(
         "without-interventions", "with --fork: leave out the source's interventions after "
         "--at")] = False,
     yes: Annotated[bool, typer.Option(
-        "--yes", "-y", metavar="", help=f"start a run on a served model that is predicted to "
-        f"make more than {CONFIRM_ABOVE:,} LLM calls without estimating it and asking first")
+        "--yes", "-y", metavar="", help="start a run on a served model that is predicted to "
+        "make more LLM calls than the run file's confirm_above: (default "
+        f"{RunOptions.model_fields['confirm_above'].default:,}) without estimating it and "
+        "asking first")
     ] = False,
 ) -> None:
     """Run a simulation from a run file and write its run directory."""

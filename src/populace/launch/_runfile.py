@@ -65,6 +65,10 @@ ENTRY_POINTS = "populace.scenarios"
 USER_MODULE_PREFIX = "populace_user_"
 #: The longest wait between two checkpoints inside a step, minutes (a day).
 MAX_CHECKPOINT_MINUTES = 1440.0
+#: Predicted LLM calls above which ``populace run`` asks before a run on a served model
+#: starts, unless the run file says otherwise (``confirm_above:``): the guessing game
+#: with 1,000 agents for 10 rounds.
+CONFIRM_ABOVE = 10_000
 
 
 def _default_models() -> dict[str, ModelConfig]:
@@ -95,6 +99,10 @@ class RunOptions(StrictModel):
     keep_checkpoints: KeepCheckpoints = Field(
         "all", description="checkpoints kept: all (any step can be forked or interviewed) "
         "or the newest N (at least 2)")
+    confirm_above: int = Field(
+        CONFIRM_ABOVE, strict=True, ge=0, description="predicted LLM calls above which "
+        "populace run shows the estimate and asks before starting (--yes skips it; 0: "
+        "always ask)")
     settings: dict[str, Any] = Field(default_factory=dict, description="the scenario's own")
 
     @field_validator("address")
