@@ -88,14 +88,25 @@ async def test_a_served_map_answers_as_the_map_does(backend: str) -> None:
             await town.aclose()
 
 
+def counted(town: Any) -> list[str]:
+    """The methods ``town``'s handle is asked to run from now on, in order."""
+    calls: list[str] = []
+    call = town._handle.call
+
+    def counting(*args: Any) -> Any:
+        calls.append(args[1])
+        return call(*args)
+
+    town._handle.call = counting
+    return calls
+
+
 async def test_nearby_calls_of_one_tick_travel_together() -> None:
     rng = np.random.default_rng(5)
     plane = Map2D(50.0, 50.0, cell_size=5.0)
     plane.place_many(np.arange(300), rng.uniform(0, 50, 300), rng.uniform(0, 50, 300))
     town = await serve(plane)
-    calls: list[str] = []
-    call = town._handle.call
-    town._handle.call = lambda *a: (calls.append(a[1]), call(*a))[1]  # type: ignore[method-assign]
+    calls = counted(town)
     asks = [((float(x), float(y)), r, e) for (x, y), r, e in zip(
         rng.uniform(0, 50, (40, 2)), [3.0, 6.0] * 20, [None, 7] * 20, strict=True)]
     got = await asyncio.gather(*(town.nearby(p, r, exclude=e) for p, r, e in asks))
@@ -104,4 +115,25 @@ async def test_nearby_calls_of_one_tick_travel_together() -> None:
     assert calls == ["nearby_ranked", "nearby_ranked"]  # one per radius, not one per call
     with pytest.raises(ValueError, match="finite"):  # a bad point fails alone, at once
         await town.nearby((float("nan"), 1.0), 3.0)
+    await town.aclose()
+
+
+async def test_k_nearest_calls_of_one_tick_travel_together_ties_as_k_nearest() -> None:
+    plane = Map2D(20.0, 20.0, cell_size=2.0)
+    grid = np.arange(0, 20, 2.0)  # a lattice: equal distances everywhere, ties to break
+    xs, ys = np.meshgrid(grid, grid)
+    plane.place_many(np.arange(xs.size), xs.ravel(), ys.ravel())
+    town = await serve(plane)
+    calls = counted(town)
+    asks = [((float(x), float(y)), k, e) for (x, y), k, e in zip(
+        np.random.default_rng(2).uniform(0, 20, (30, 2)).round(), [1, 5, 4] * 10,
+        [None, 3, 45] * 10, strict=True)]
+    got = await asyncio.gather(*(town.k_nearest(p, k, exclude=e) for p, k, e in asks),
+                               town.nearby((4.0, 4.0), 2.0))
+    assert [g.tolist() for g in got[:-1]] == [plane.k_nearest(p, k, exclude=e).tolist()
+                                              for p, k, e in asks]
+    assert got[-1].tolist() == plane.nearby((4.0, 4.0), 2.0).tolist()
+    assert sorted(calls) == ["k_nearest_each"] * 3 + ["nearby_ranked"]  # one per k, radius
+    with pytest.raises(ValueError, match="k must be"):
+        await town.k_nearest((1.0, 1.0), -1)
     await town.aclose()

@@ -6,13 +6,13 @@ an actor of its own. Either way it returns a :class:`MapService` whose methods a
 map's, as coroutines, so the same code runs on both backends and the proxy pickles to
 every worker.
 
-Each call is one message to the map's process, with one exception: the ``nearby`` calls
-that a worker's agents make in one loop tick travel together, as one ``nearby_many`` per
-radius (each answer as ``Map2D.nearby`` gives it: nearest first, then by id), so agents
-asking one by one cost about what one query for all of them does. Ask for many points at
-once yourself where you can (``nearby_many``, ``k_nearest_many``), and move many ids at
-once (``move_many``). Watches (``Map2D.watch``) stay with a local map: their listeners
-would run in the map's process.
+Each call is one message to the map's process, with one exception: the ``nearby`` and
+``k_nearest`` calls that a worker's agents make in one loop tick travel together, as one
+message per radius or ``k`` (each answer exactly as ``Map2D.nearby`` or ``k_nearest``
+gives it), so agents asking one by one cost about what one query for all of them does.
+Ask for many points at once yourself where you can (``nearby_many``, ``k_nearest_many``),
+and move many ids at once (``move_many``). Watches (``Map2D.watch``) stay with a local
+map: their listeners would run in the map's process.
 """
 
 from __future__ import annotations
@@ -46,10 +46,11 @@ class _MapHost:
             return self.map.statistics()
         if method == "nearby_ranked":
             return self.nearby_ranked(*args)
+        if method == "k_nearest_each":
+            return self.k_nearest_each(*args)
         if method not in _VERBS:
             raise AttributeError(f"a served map has no method {method!r}")
         return getattr(self.map, method)(*args, **kwargs)
-
 
     def nearby_ranked(self, points: Any, radius: float, exclude: Any) -> Any:
         """``nearby_many`` with each row as ``nearby`` orders it: nearest first, then id."""
@@ -62,15 +63,28 @@ class _MapHost:
             ids = ids[np.lexsort((ids, d2, rows))]
         return indptr, ids
 
+    def k_nearest_each(self, points: Any, k: int, exclude: Any) -> Any:
+        """``k_nearest`` of each point, as CSR arrays: one message for a tick's calls. Point
+        by point in this process (``k_nearest_many`` may order ties at the k-th distance
+        otherwise, and ``k_nearest`` promises the smaller id)."""
+        rows = [self.map.k_nearest((float(x), float(y)), k, exclude=None if e < 0 else int(e))
+                for (x, y), e in zip(np.asarray(points).tolist(), np.asarray(exclude).tolist(),
+                                     strict=True)]
+        indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum([len(r) for r in rows], out=indptr[1:])
+        ids = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+        return indptr, ids.astype(np.int64, copy=False)
+
 
 class _Asks:
-    """The ``nearby`` calls of one tick, answered together."""
+    """The ``nearby`` and ``k_nearest`` calls of one tick, answered together: one message
+    per kind of call and radius or ``k``."""
 
-    __slots__ = ("error", "exclude", "left", "points", "radii", "rows", "signal")
+    __slots__ = ("error", "exclude", "kinds", "left", "points", "rows", "signal")
 
     def __init__(self, signal: Signal) -> None:
         self.points: list[tuple[float, float]] = []
-        self.radii: list[float] = []
+        self.kinds: list[tuple[str, float | int]] = []  # (the host's method, radius or k)
         self.exclude: list[int] = []
         self.rows: list[Any] = []
         self.error: BaseException | None = None
@@ -147,15 +161,26 @@ class MapService:
     async def nearby(self, pos: tuple[float, float], radius: float, *,
                      exclude: int | None = None) -> IdArray:
         """:meth:`Map2D.nearby`; the calls of one tick travel together (see above)."""
+        if not radius >= 0:
+            raise ValueError(f"radius must be >= 0, got {radius}")
+        return await self._in_tick("nearby_ranked", float(radius), pos, exclude)
+
+    async def k_nearest(self, pos: tuple[float, float], k: int, *,
+                        exclude: int | None = None) -> IdArray:
+        """:meth:`Map2D.k_nearest`; the calls of one tick travel together (see above)."""
+        if k < 0:
+            raise ValueError(f"k must be >= 0, got {k}")
+        return await self._in_tick("k_nearest_each", int(k), pos, exclude)
+
+    async def _in_tick(self, method: str, param: float | int, pos: tuple[float, float],
+                       exclude: int | None) -> IdArray:
         x, y = float(pos[0]), float(pos[1])
         if not (math.isfinite(x) and math.isfinite(y)):
             raise ValueError(f"query position must be finite, got ({x}, {y})")
-        if not radius >= 0:
-            raise ValueError(f"radius must be >= 0, got {radius}")
         asks = self._asks or self._open()
         i = len(asks.points)
         asks.points.append((x, y))
-        asks.radii.append(float(radius))
+        asks.kinds.append((method, param))
         asks.exclude.append(-1 if exclude is None else int(exclude))  # -1: nobody's id
         await asks.signal
         if asks.error is not None:
@@ -175,34 +200,30 @@ class MapService:
         if self._asks is asks:
             self._asks = None
         asks.rows = [None] * len(asks.points)
-        radii = np.array(asks.radii)
-        groups = [np.flatnonzero(radii == r) for r in np.unique(radii)]
+        groups: dict[tuple[str, float | int], list[int]] = {}
+        for i, kind in enumerate(asks.kinds):
+            groups.setdefault(kind, []).append(i)
         asks.left = len(groups)
         points = np.array(asks.points, dtype=np.float64)
         exclude = np.array(asks.exclude, dtype=np.int64)
 
-        def done(which: Any, future: asyncio.Future[Any]) -> None:
+        def done(which: list[int], future: asyncio.Future[Any]) -> None:
             error = (ServiceClosed("the map call was cancelled") if future.cancelled()
                      else future.exception())
             if error is not None:
                 asks.error = asks.error or _as_closed(error)
             else:
                 indptr, ids = future.result()
-                for k, i in enumerate(which.tolist()):
+                for k, i in enumerate(which):
                     asks.rows[i] = ids[indptr[k]:indptr[k + 1]]
             asks.left -= 1
             if not asks.left:
                 asks.signal.fire()
 
-        for which in groups:
-            call = self._handle.call("call", "nearby_ranked",
-                                     (points[which], float(radii[which[0]]), exclude[which]), {})
+        for (method, param), which in groups.items():
+            at = np.array(which)
+            call = self._handle.call("call", method, (points[at], param, exclude[at]), {})
             call.add_done_callback(functools.partial(done, which))
-
-    async def k_nearest(self, pos: tuple[float, float], k: int, *,
-                        exclude: int | None = None) -> IdArray:
-        out: IdArray = await self._call("k_nearest", pos, k, exclude=exclude)
-        return out
 
     async def nearby_many(self, points: Any, radius: float, *, exclude: Any = None) -> Rows:
         out: Rows = await self._call("nearby_many", points, radius, exclude=exclude)
