@@ -17,7 +17,8 @@ API: dict[str, set[str]] = {
         "INTERNAL", "INTERVIEWER", "KINDS", "UNREADABLE", "Answer", "Choice", "Decision", "Event",
         "Memory", "Number", "Persona", "PersonaOptions", "Regex", "Schema", "Text",
         "persona_columns", "render_memory", "divergence", "sampling_report",
-        "fallen_back", "falling_back", "fit_surrogates", "instruct", "SamplingCounts"},
+        "fallen_back", "falling_back", "fit_surrogates", "instruct", "SamplingCounts",
+        "archetype_sizes"},
     # the command line: its entry point (pyproject's populace script) and the typer app
     "populace.cli": {"app", "main"},
     "populace.core": {

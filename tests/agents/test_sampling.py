@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from populace.agents import Choice, Persona, divergence, fit_surrogates
+from populace.agents import Choice, Persona, archetype_sizes, divergence, fit_surrogates
 from populace.agents._sampling import draw
-from populace.core import ConfigError
-from populace.llm import ModelSet, ScriptedConfig
+from populace.core import ConfigError, unit_float
+from populace.llm import ModelSet, SamplingConfig, ScriptedConfig
 
 VOTE = Choice(["red", "green", "blue"])
 
@@ -156,3 +156,103 @@ async def test_decide_with_a_surrogate_makes_no_call_but_the_audits() -> None:
     assert unaudited == {"red", "blue"}
     assert {c for c, *_ in [(cell, own) for _, cell, own, _ in stats.cells]} <= {("nurse",),
                                                                                 ("baker",)}
+
+
+# -- allocate: proportional ----------------------------------------------------------------
+
+def test_proportional_allocation_is_the_exact_budget_with_a_floor() -> None:
+    rng = np.random.default_rng(31)
+    for _ in range(300):
+        k, samples = int(rng.integers(1, 40)), int(rng.integers(1, 100))
+        sizes = {(i,): int(rng.choice([1, 3, 50, int(rng.integers(1, 10**6))]))
+                 for i in range(k)}
+        config = SamplingConfig(by=["x"], samples=samples, allocate="proportional")
+        got = config.allocation(sizes)
+        assert sum(got.values()) == k * samples
+        assert min(got.values()) >= min(4, samples) == config.floor
+        # above the floor, within one of the archetype's share of what the floor left
+        free = [c for c, n in got.items() if n > config.floor]
+        left = k * samples - config.floor * (k - len(free))
+        total = sum(sizes[c] for c in free)
+        assert all(abs(got[c] - left * sizes[c] / total) < 1 for c in free)
+        assert SamplingConfig(by=["x"], samples=samples).allocation(sizes) == \
+            dict.fromkeys(sorted(sizes, key=repr), samples)
+
+
+def skewed(n: int) -> list[dict[str, Any]]:
+    return [{"job": "baker" if i % 5 == 0 else "nurse"} for i in range(n)]
+
+
+def proportional(people: list[dict[str, Any]], **sampling: Any) -> ModelSet:
+    """A worker's models as a run's launcher leaves them: the allocation counted over the
+    whole population ``people``."""
+    ms = models(allocate="proportional", **sampling)
+    config = ms.sampling("s")
+    assert config is not None
+    sizes = archetype_sizes({c: [p[c] for p in people] for c in config.by}, config.by)
+    ms.allocations = {"s": config.allocation(sizes)}
+    return ms
+
+
+async def test_proportional_samples_follow_the_population_and_not_the_workers() -> None:
+    people = skewed(200)
+    ms = proportional(people, by=["job"], samples=8, audit=0.0)
+    assert ms.allocations["s"] == {("baker",): 4, ("nurse",): 12}  # 160 nurses, 40 bakers
+    one = await votes(range(200), people, ms)
+    assert ms.statistics()["s"].requests == 2 * 8  # the budget of equal allocation
+    two = {**await votes(range(0, 200, 2), people, proportional(people, by=["job"],
+                                                                  samples=8, audit=0.1)),
+           **await votes(range(1, 200, 2), people, proportional(people, by=["job"],
+                                                                  samples=8, audit=0.1))}
+    audited = {k for k, (_, calls) in two.items() if calls}
+    assert {k: v[0] for k, v in one.items() if k not in audited} == \
+        {k: v[0] for k, v in two.items() if k not in audited}
+
+
+async def test_proportional_without_the_populations_sizes_is_one_line() -> None:
+    v = Voter(0, {"job": "nurse"}, models=models(by=["job"], allocate="proportional"))
+    with pytest.raises(ConfigError, match="allocate: proportional needs the archetypes' "):
+        await v.decide("Whom do you vote for?", VOTE, step=1)
+
+
+#: Four archetypes of very unequal sizes, each with its own answers' distribution.
+TRUTH = {"nurse": (425, [0.7, 0.2, 0.1]), "baker": (35, [0.2, 0.5, 0.3]),
+         "judge": (25, [0.1, 0.1, 0.8]), "cook": (15, [0.4, 0.4, 0.2])}
+
+
+async def marginal_error(allocate: str, base: int) -> tuple[float, int]:
+    """Squared error of the answers' marginal over 500 agents against the true one, and
+    the archetypes' samples drawn, for one seeded decision."""
+    import asyncio
+
+    people = [{"job": job} for job, (n, _) in TRUTH.items() for _ in range(n)]
+    ms = proportional(people, by=["job"], samples=8, audit=0.0) \
+        if allocate == "proportional" else models(by=["job"], samples=8, audit=0.0)
+    drawn = 0
+
+    def asking(job: str) -> Any:
+        async def ask(shared: bool, seed: int) -> int:
+            nonlocal drawn
+            drawn += shared
+            return int(np.searchsorted(np.cumsum(TRUTH[job][1]), unit_float(seed),
+                                       side="right"))
+        return ask
+
+    voters = [Voter(i, p, models=ms) for i, p in enumerate(people)]
+    got = await asyncio.gather(*(v.sampled("q", "q", base, 1, asking(p["job"]), lambda x: x)
+                                 for v, p in zip(voters, people, strict=True)))
+    share = np.bincount([answer for answer, _ in got], minlength=3) / len(people)
+    true = sum(n * np.array(p) for n, p in TRUTH.values()) / len(people)
+    return float(((share - true) ** 2).sum()), drawn
+
+
+async def test_proportional_allocation_errs_less_for_the_same_samples() -> None:
+    """Stratified sampling: with 32 answers in all, the big archetype's 20 (instead of 8)
+    carry most of the marginal; over 30 seeded decisions its squared error is well under
+    equal allocation's (variance Σ w σ² / n against A Σ w² σ² / n: about 2.4 times less)."""
+    equal = [await marginal_error("equal", base) for base in range(30)]
+    prop = [await marginal_error("proportional", base) for base in range(30)]
+    assert {drawn for _, drawn in equal} == {drawn for _, drawn in prop} == {4 * 8}
+    mse_equal = float(np.mean([e for e, _ in equal]))
+    mse_prop = float(np.mean([e for e, _ in prop]))
+    assert mse_prop < 0.6 * mse_equal, (mse_prop, mse_equal)

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from cli_helpers import kill_9_after, populace
+from populace.agents import archetype_sizes
+from populace.llm import SamplingConfig
 from populace.results import read_summary, read_table
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "survey"
@@ -88,21 +92,52 @@ def test_archetypes_blind_to_what_drives_the_answers_show_a_large_distance(
     assert tv["bad"]["low"] > 0 == tv["good"]["low"] and tv["bad"]["tv"] > tv["good"]["tv"], tv
 
 
+@pytest.mark.parametrize("allocate", ["equal", "proportional"])
 def test_kill_9_mid_questionnaire_then_resume_equals_an_undisturbed_run(
-        tmp_path: Path) -> None:
-    path, out = example(tmp_path / "killed", waves=True, latency=0.3, audit=0.05), \
-        tmp_path / "out"
+        tmp_path: Path, allocate: str) -> None:
+    path, out = example(tmp_path / "killed", waves=True, latency=0.3, audit=0.05,
+                        allocate=allocate), tmp_path / "out"
     kill_9_after(tmp_path / "stdout.txt", "step 1/3:", 0.4,  # inside wave 2
                  "run", path, "--out", out, timeout=120)
     done = populace("run", "--resume", out)
     assert done.returncode == 0, done.stderr
     assert read_summary(out)["resumed_from_step"] == 1
     whole = tmp_path / "whole"
-    assert populace("run", example(tmp_path / "w", waves=True, audit=0.05), "--out",
-                    whole).returncode == 0
+    assert populace("run", example(tmp_path / "w", waves=True, audit=0.05, allocate=allocate),
+                    "--out", whole).returncode == 0
     assert read_table(out, "answers").equals(read_table(whole, "answers"))
     assert [e["sampling"] for e in read_summary(out)["steps"][1:]] == \
         [e["sampling"] for e in read_summary(whole)["steps"][1:]]
+
+
+def test_proportional_samples_follow_the_whole_population_on_any_workers(
+        tmp_path: Path) -> None:
+    """``allocate: proportional``: each archetype's samples of a question asked of everyone
+    are its share of archetypes × samples by its size in the whole population (on each
+    worker); the answers are those of one worker on two; a replay makes no call."""
+    path, out = example(tmp_path, audit=0.05, allocate="proportional"), tmp_path / "out"
+    done = populace("run", path, "--out", out)
+    assert done.returncode == 0, done.stderr
+    sizes = archetype_sizes(read_table(out, "profiles"), ["age", "education"])
+    allocation = SamplingConfig(by=["age", "education"], samples=8,
+                                allocate="proportional").allocation(sizes)
+    assert len(set(allocation.values())) > 3 and sum(allocation.values()) == 8 * len(sizes)
+    shown = {f"About you: age: {a}; education: {e}.": n for (a, e), n in allocation.items()}
+    calls = [json.loads(line)["request"]["messages"] for p in (out / "llm_calls").glob("*.jsonl")
+             for line in p.read_text().splitlines()]
+    for q in (1, 2, 3):  # happy, trust, trust_science: one prompt per archetype
+        asked = Counter(m[-2]["content"].split("\n\n")[-1] for m in calls if len(m) > 1
+                        and m[-1]["content"].startswith(f"Question {q} of"))
+        assert {k: n for k, n in asked.items() if k in shown} == shown
+    answers = read_table(out, "answers")
+    two = tmp_path / "two"
+    assert populace("run", path, "--out", two, "--workers", "2").returncode == 0
+    assert read_table(two, "answers").equals(answers)
+    again = tmp_path / "replay"
+    assert populace("run", out / "config.yaml", "--replay", out, "--out",
+                    again).returncode == 0
+    assert read_table(again, "answers").equals(answers)
+    assert read_summary(again)["steps"][0]["llm"]["scripted"]["sent"] == 0
 
 
 def test_archetypes_of_a_column_the_profiles_lack_are_refused_before_step_1(

@@ -14,6 +14,7 @@ from ._memory import KINDS, Event, Memory
 from ._persona import INTERNAL, PersonaOptions, persona_columns
 from ._sampling import (
     SamplingCounts,
+    archetype_sizes,
     divergence,
     fallen_back,
     falling_back,
@@ -39,6 +40,7 @@ __all__ = [
     "SamplingCounts",
     "Schema",
     "Text",
+    "archetype_sizes",
     "divergence",
     "fallen_back",
     "falling_back",

@@ -39,7 +39,7 @@ from populace.llm import ChatMessage, ModelClient
 from ._answers import UNREADABLE, Answer, Choice, Number, Schema, Text
 from ._memory import Event, Memory, clip, fitting
 from ._persona import PersonaOptions
-from ._sampling import audited, draw, frozen
+from ._sampling import audited, draw, frozen, samples_of
 
 T = TypeVar("T")
 #: Salt of a member's pick among its archetype's samples.
@@ -329,8 +329,9 @@ class Persona(Agent):
         if fitted is not None:  # the surrogate's answer for this archetype, by my seed
             got = from_value(draw(fitted, cell, seed))  # type: ignore[misc]
         else:
-            got = await self._archetype_answer(models, name, decision, key, cell, base,
-                                               step, seed, ask, sampling.samples)
+            got = await self._archetype_answer(
+                models, name, decision, key, cell, base, step, seed, ask,
+                samples_of(sampling, models, name, cell))
         models.count_shared(name)
         if not audited(base, int(self.id), sampling.audit):
             return got, False

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from populace.core import derive_seed, unit_float
+from populace.core import ConfigError, derive_seed, unit_float
 from populace.llm import audits, model_stats
 
 #: Bootstrap resamples of an audit.
@@ -240,13 +240,45 @@ def falling_back(report: Mapping[str, Any], bounds: Mapping[str, float | None],
 
 
 def instruct(agent: Any, fallen: Mapping[str, frozenset[str]],
-             surrogates: Mapping[str, Mapping[str, Any]]) -> None:
-    """Tell ``agent``'s worker which decisions are asked individually from now on and the
-    surrogates fitted so far (called on one agent per worker by the launcher)."""
+             surrogates: Mapping[str, Mapping[str, Any]],
+             allocations: Mapping[str, Mapping[Any, int]] | None = None) -> None:
+    """Tell ``agent``'s worker which decisions are asked individually from now on, the
+    surrogates fitted so far and, per model of ``allocate: proportional``, the answers each
+    archetype gets (called on one agent per worker by the launcher)."""
     models = getattr(getattr(agent, "seat", None), "models", None)
     if models is not None and hasattr(models, "fallen"):
         models.fallen = dict(fallen)
         models.surrogates = {m: dict(d) for m, d in surrogates.items()}
+        models.allocations = {m: dict(a) for m, a in (allocations or {}).items()}
+
+
+def archetype_sizes(profiles: Any, by: list[str]) -> Counter[tuple[Any, ...]]:
+    """Members per archetype (values of the ``by`` columns) in ``profiles`` (an Arrow
+    table or a mapping of columns), the values as agents' profiles hold them."""
+    import pyarrow as pa
+
+    table = profiles if isinstance(profiles, pa.Table) else pa.table(dict(profiles))
+    if not by:
+        return Counter({(): table.num_rows})
+    counted = table.select(by).group_by(by).aggregate([([], "count_all")])
+    columns = [counted.column(c).to_pylist() for c in by]
+    return Counter(dict(zip(zip(*columns, strict=True),
+                            counted.column("count_all").to_pylist(), strict=True)))
+
+
+def samples_of(sampling: Any, models: Any, name: str | None, cell: tuple[Any, ...]) -> int:
+    """The answers archetype ``cell`` of model ``name`` gets per decision: ``samples``,
+    or under ``allocate: proportional`` its share of the budget the launcher sent (the
+    floor for an archetype the population had none of)."""
+    if sampling.allocate == "equal":
+        return int(sampling.samples)
+    allocation = models.allocations.get(name)
+    if allocation is None:
+        raise ConfigError(f"models.{name}.sampling.allocate: proportional needs the "
+                          "archetypes' sizes in the whole population, which a run's "
+                          "launcher sends to its workers (outside a run: set "
+                          "ModelSet.allocations[name] = sampling.allocation(sizes))")
+    return int(allocation.get(cell, sampling.floor))
 
 
 #: How many audited answers the whole decision's distribution counts for in an

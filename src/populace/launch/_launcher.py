@@ -418,13 +418,14 @@ def _sampling(run: Run) -> SamplingCounts:
 
 
 async def _instruct(run: Run, fallen: dict[str, frozenset[str]],
-                    surrogates: dict[str, Any]) -> None:
-    """Tell every worker's personas which decisions fell back to individual calls, and the
-    surrogates fitted so far (one call on one agent per worker and group)."""
+                    surrogates: dict[str, Any], allocations: dict[str, Any]) -> None:
+    """Tell every worker's personas which decisions fell back to individual calls, the
+    surrogates fitted so far and the archetypes' samples (one call on one agent per worker
+    and group)."""
     for cls, group in run.groups.values():
         if issubclass(cls, Persona) and len(group):
             _, first = np.unique(group.workers, return_index=True)
-            for placeholder in [group[int(i)].call(instruct, fallen, surrogates)
+            for placeholder in [group[int(i)].call(instruct, fallen, surrogates, allocations)
                                 for i in first]:
                 await placeholder
 
@@ -445,8 +446,9 @@ async def _step(run: Run, scenario: Scenario, t: int, summary: dict[str, Any],
     done = await _interventions.carry_out(run, scheduled, t) if scheduled else []
     fallen = fallen_back(summary["steps"])
     surrogates = fit_surrogates(summary["steps"])
-    if fallen or surrogates:  # every step: a worker rebuilt by a recovery has forgotten
-        await _instruct(run, fallen, surrogates)
+    allocations = run.allocations
+    if fallen or surrogates or allocations:  # every step: a rebuilt worker has forgotten
+        await _instruct(run, fallen, surrogates, allocations)
     sent = _traffic(run)
     sampled = _sampling(run)
     try:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 import numpy as np
 import pyarrow as pa
 
-from populace.agents import Persona
+from populace.agents import Persona, archetype_sizes
 from populace.core import (
     Agent,
     AgentGroup,
@@ -159,6 +159,8 @@ class Run:
         self._ended = False
         self.create_s = 0.0  # seconds spent creating agents
         self._created: list[pa.Table] = []  # profiles handed to create() (agent_id first)
+        #: per model of ``sampling.allocate: proportional``: personas created per archetype
+        self._archetypes: dict[str, Counter[tuple[Any, ...]]] = {}
         #: ``parts/`` file → SHA-256 of every step file written, kept in each checkpoint.
         self.digests: dict[str, str] = {}
         self._profiles_written = False
@@ -276,6 +278,7 @@ class Run:
             profiles = self.population.drop_columns(["agent_id"])
         if issubclass(cls, Persona):
             self._check_sampling(profiles)
+            self._count_archetypes(profiles)
         t0 = time.perf_counter()
         hooks = [h for o in self._observers if (h := getattr(o, "creating", None))]
 
@@ -307,6 +310,28 @@ class Run:
                     listed = ", ".join(c for c in have if c != "agent_id") or "none"
                     raise ConfigError(f"{self.run_file.path}: models.{name}.sampling.by.{i}: "
                                       f"no profile column {column!r} (have: {listed})")
+
+    def _count_archetypes(self, profiles: Any) -> None:
+        """Add the personas of ``profiles`` to the archetypes' sizes of every model whose
+        samples are allocated by them (from the whole population, before any step: the
+        same allocation on every worker)."""
+        for name, config in self.options.models.items():
+            sampling = config.sampling
+            if sampling is not None and sampling.allocate == "proportional" \
+                    and profiles is not None:
+                self._archetypes.setdefault(name, Counter()).update(
+                    archetype_sizes(profiles, sampling.by))
+
+    @property
+    def allocations(self) -> dict[str, dict[Any, int]]:
+        """Per model of ``sampling.allocate: proportional``, the answers each archetype
+        gets per decision (:meth:`~populace.llm.SamplingConfig.allocation`)."""
+        out = {}
+        for name, sizes in self._archetypes.items():
+            sampling = self.options.models[name].sampling
+            assert sampling is not None  # counted only for a model that samples
+            out[name] = sampling.allocation(sizes)
+        return out
 
     async def serve(self, env: Env, *, max_concurrency: int = 64, shards: int = 1
                     ) -> EnvService | RemoteEnvService:

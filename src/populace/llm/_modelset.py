@@ -42,6 +42,10 @@ class ModelSet(Mapping[str, ModelClient]):
         self.surrogates: dict[str, dict[str, dict[Any, tuple[tuple[Any, ...],
                                                              tuple[float, ...]]]]] = {}
         self._cells: dict[str, Counter[tuple[str, tuple[Any, ...], Any]]] = {}
+        #: Per model with ``sampling.allocate: proportional``, the answers each archetype
+        #: gets (:meth:`SamplingConfig.allocation` of its size in the whole population,
+        #: which the launcher counts and sends: the same on every worker).
+        self.allocations: dict[str, dict[Any, int]] = {}
 
     @classmethod
     def build(cls, configs: Mapping[str, Any], *, record_to: str | Path | None = None,

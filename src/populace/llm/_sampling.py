@@ -9,12 +9,19 @@ models:
     provider: scripted
     sampling: {mode: archetype, by: [education, age_band], samples: 16, audit: 0.02}
 ```
+
+``allocate: proportional`` shares the same budget, archetypes × ``samples`` answers per
+decision, among the archetypes by their sizes in the whole population (stratified sampling
+with proportional allocation), each keeping at least :data:`FLOOR`: a marginal over the
+population then has the variance ``Σ w_a σ_a² / B`` instead of ``A Σ w_a² σ_a² / B``
+(``w_a``: an archetype's share, ``A`` archetypes, ``B`` answers), never more and the less
+the more unequal the archetypes are.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -22,6 +29,10 @@ from pydantic import Field, model_validator
 from populace._strict import StrictModel
 
 Mode = Literal["individual", "archetype", "surrogate"]
+Allocate = Literal["equal", "proportional"]
+#: The least answers an archetype gets under ``allocate: proportional`` (``samples`` when
+#: that is less): an archetype of few members still has more than one answer to draw from.
+FLOOR = 4
 
 
 class SamplingConfig(StrictModel):
@@ -37,7 +48,11 @@ class SamplingConfig(StrictModel):
                           "archetype (the prompt shows only these)")
     samples: int = Field(16, strict=True, ge=1, le=1024, description="answers drawn per "
                          "archetype and decision (calls, or one request for n answers with "
-                         "coalesce: true)")
+                         "coalesce: true); with allocate: proportional, their mean")
+    allocate: Allocate = Field("equal", description="equal: every archetype gets `samples` "
+                               "answers; proportional: archetypes × samples answers shared "
+                               "by the archetypes' sizes in the whole population, at least "
+                               f"{FLOOR} each (largest remainder: the total is exact)")
     audit: float = Field(0.02, ge=0, le=1, description="seeded share of agents also asked "
                          "individually; their two answers give the divergence per step")
     fallback: float | None = Field(None, gt=0, description="adaptive: a decision whose "
@@ -63,6 +78,44 @@ class SamplingConfig(StrictModel):
     def mode_of(self, decision: str) -> Mode:
         """The mode of ``decision`` (its own, else :attr:`mode`)."""
         return self.decisions.get(decision, self.mode)
+
+    @property
+    def floor(self) -> int:
+        """The least answers an archetype gets under ``allocate: proportional``."""
+        return min(FLOOR, self.samples)
+
+    def allocation(self, sizes: Mapping[Any, int]) -> dict[Any, int]:
+        """The answers each archetype gets, from the archetypes' ``sizes`` (members in the
+        whole population): :attr:`samples` each when ``allocate: equal``; else
+        ``len(sizes) × samples`` in all, each archetype's share proportional to its size
+        but at least :data:`FLOOR` (those below it get it, the rest share what is left),
+        rounded by largest remainder (ties to the first in ``repr`` order).
+
+        >>> config = SamplingConfig(by=["job"], samples=8, allocate="proportional")
+        >>> config.allocation({("nurse",): 850, ("baker",): 100, ("judge",): 50})
+        {('baker',): 4, ('judge',): 4, ('nurse',): 16}
+        """
+        cells = sorted((c for c, n in sizes.items() if n > 0), key=repr)
+        if self.allocate == "equal":
+            return dict.fromkeys(cells, self.samples)
+        floor = self.floor
+        budget = self.samples * len(cells)
+        floored: set[Any] = set()
+        while True:  # an archetype whose share is below the floor gets the floor
+            free = [c for c in cells if c not in floored]
+            left = budget - floor * len(floored)
+            total = sum(sizes[c] for c in free)
+            below = {c for c in free if left * sizes[c] < floor * total}
+            if not below:
+                break
+            floored |= below
+        # in integers: the rounding must not depend on the platform's floats
+        out = {c: floor for c in floored}
+        whole = {c: left * sizes[c] // total for c in free}
+        rest = sorted(free, key=lambda c: -(left * sizes[c] % total))  # stable: ties by repr
+        for i, c in enumerate(rest):
+            out[c] = whole[c] + (i < left - sum(whole.values()))
+        return {c: out[c] for c in cells}
 
 
 def sampling_field() -> Any:
