@@ -200,7 +200,7 @@ def run_populace(scenario: str, client: str, config: dict[str, Any], srv: Server
                  time_scale: float, tmp: Path) -> tuple[Row, Path]:
     """``populace run`` of ``config`` against ``srv``; its row and run directory."""
     name = re.sub(r"\W+", "-", f"{scenario}-{client}").strip("-")
-    config = {**config, "name": name}
+    config = {"scenario": "guess_number", **config, "name": name}
     config["models"]["eng"]["base_urls"] = srv.urls
     path, out = tmp / f"{name}.yaml", tmp / name
     path.write_text(yaml.safe_dump(config, sort_keys=False))

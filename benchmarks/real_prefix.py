@@ -150,7 +150,8 @@ def run_file(args: argparse.Namespace, layout: str | None) -> dict[str, Any]:
     if layout is not None:
         game["layout"] = layout
     return {
-        "name": f"real-prefix-{layout or 'default'}", "seed": args.seed,
+        "scenario": "guess_number", "name": f"real-prefix-{layout or 'default'}",
+        "seed": args.seed,
         "agents": args.agents, "rounds": 1, "workers": 1,
         "models": models, "model": "real", "population": population, "game": game,
     }

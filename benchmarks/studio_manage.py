@@ -69,7 +69,8 @@ def main() -> None:
         root = Path(tmp)
         config = root / "big.yaml"
         config.write_text(yaml.safe_dump({
-            "name": "big", "agents": args.agents, "rounds": args.rounds,
+            "scenario": "guess_number", "name": "big", "agents": args.agents,
+            "rounds": args.rounds,
             "workers": args.workers, "backend": args.backend, "seed": 1,
             "models": {"dummy": {"provider": "dummy", "latency": args.latency}},
             "population": {"aspects": {"education": {

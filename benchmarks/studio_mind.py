@@ -28,6 +28,7 @@ import numpy as np
 from populace.studio import AgentBrowser
 
 RUN_FILE = """\
+scenario: guess_number
 name: studio-mind
 seed: 1
 agents: {agents}

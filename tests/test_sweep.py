@@ -15,7 +15,7 @@ from populace.results import read_summary
 from populace.sweep import SweepIndex, SweepPoint, expand, point_dirname, run_sweep
 
 BASE: dict[str, Any] = {
-    "name": "sw", "agents": 20, "rounds": 2, "workers": 1,
+    "scenario": "guess_number", "name": "sw", "agents": 20, "rounds": 2, "workers": 1,
     "models": {"dummy": {"provider": "dummy", "latency": 0.0}},
     "game": {"ratio": "2/3"},
 }

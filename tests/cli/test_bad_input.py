@@ -114,7 +114,7 @@ def closed_port() -> int:
 def unreachable(tmp_path: Path) -> Path:
     """A run file whose model's endpoint refuses connections."""
     return write(tmp_path / "unreachable.yaml", {
-        "name": "nowhere", "agents": 3, "rounds": 1,
+        "scenario": "guess_number", "name": "nowhere", "agents": 3, "rounds": 1,
         "models": {"m": {"provider": "openai", "model": "x",
                          "base_urls": [f"http://127.0.0.1:{closed_port()}/v1"]}}})
 
@@ -176,7 +176,7 @@ def test_boolean_flags_are_flags_without_a_metavar(
 @pytest.fixture
 def quick(tmp_path: Path) -> Path:
     return write(tmp_path / "quick.yaml", {
-        "name": "quick", "agents": 3, "rounds": 1,
+        "scenario": "guess_number", "name": "quick", "agents": 3, "rounds": 1,
         "models": {"dummy": {"provider": "dummy", "latency": 0.0}}})
 
 
@@ -299,7 +299,8 @@ DUMMY = {"dummy": {"provider": "dummy", "latency": 0.0}}
 def test_a_misspelt_key_gets_did_you_mean(
     keys: dict[str, object], message: str, tmp_path: Path, capsys: Cap, monkeypatch: Patch,
 ) -> None:
-    path = write(tmp_path / "typo.yaml", {"name": "typo", "models": DUMMY, **keys})
+    path = write(tmp_path / "typo.yaml", {"scenario": "guess_number", "name": "typo",
+                                          "models": DUMMY, **keys})
     code, _, stderr = run_in_process(capsys, monkeypatch, "run", path, "--out", tmp_path / "o")
     assert code == 2
     line = one_line(stderr)

@@ -111,7 +111,8 @@ def _write(tmp_path: Path, text: str) -> Path:
 
 
 def test_bad_run_file_in_a_process(tmp_path: Path) -> None:
-    path = _write(tmp_path, "agents: 10\ngame:\n  ratio: 1/2\n  ratoi: 1/2\n")
+    path = _write(tmp_path, "scenario: guess_number\nagents: 10\ngame:\n  ratio: 1/2\n"
+                            "  ratoi: 1/2\n")
     proc = populace("run", path, "--out", tmp_path / "out")
     assert proc.returncode == 2
     assert proc.stdout == ""

@@ -23,7 +23,7 @@ from populace.launch import read_interventions, read_interviews
 Cap = pytest.CaptureFixture[str]
 Patch = pytest.MonkeyPatch
 
-GAME = {"name": "g", "agents": 40, "rounds": 2, "workers": 1, "seed": 5,
+GAME = {"scenario": "guess_number", "name": "g", "agents": 40, "rounds": 2, "workers": 1, "seed": 5,
         "models": {"llm": {"provider": "scripted"}},
         "population": {"aspects": {"education": {"values": ["PhD", "BA", "high school"]}}}}
 

@@ -16,6 +16,7 @@ from populace.launch import (
     ScenarioSettings,
     parse_run_file,
     resolve_scenario,
+    scenario_of,
 )
 
 
@@ -83,3 +84,12 @@ def test_settings_are_validated_before_check() -> None:
                                           r"valid integer"):
         parse({"settings": {"seeds": "many"}})
     assert spread().seen is None
+
+
+def test_a_run_file_names_its_scenario(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_run_file({"agents": 3, "rounds": 2}, Path("run.yaml"))
+    assert str(info.value) == ("run.yaml: scenario: missing (expected one of: guess_number, "
+                               "social, survey; or path/to/file.py:Class)")
+    (tmp_path / "config.yaml").write_text("agents: 3\nrounds: 2\n")
+    assert scenario_of(tmp_path) is None  # the game's config.yaml has always named it

@@ -76,7 +76,7 @@ async def test_the_estimate_is_within_5_percent_of_the_full_run(tmp_path: Path,
 def test_no_model_behind_a_server_is_one_line(tmp_path: Path, capsys: Any,
                                               monkeypatch: Any) -> None:
     source = tmp_path / "run.yaml"
-    source.write_text("agents: 100\nmodels: {dummy: {provider: dummy}}\n")
+    source.write_text("scenario: guess_number\nagents: 100\nmodels: {dummy: {provider: dummy}}\n")
     rc, _, err = run_in_process(capsys, monkeypatch, "estimate", source)
     assert rc == 2 and err.count("\n") == 1
     assert "no model behind a server" in err and str(source) in err

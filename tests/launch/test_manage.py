@@ -32,7 +32,8 @@ from populace.launch import (
 )
 from populace.results import RunDirectory, read_summary, read_table
 
-GAME = {"name": "g", "agents": 120, "rounds": 4, "workers": 2, "seed": 5,
+GAME = {"scenario": "guess_number", "name": "g", "agents": 120, "rounds": 4, "workers": 2,
+        "seed": 5,
         "models": {"llm": {"provider": "scripted"}},
         "population": {"aspects": {"education": {"values": ["PhD", "BA", "high school"]}}},
         "game": {"memory_rounds": 2}}

@@ -66,7 +66,8 @@ async def test_the_structured_game_on_the_dummy_model_has_valid_answers(tmp_path
     from populace.results import RunDirectory, read_table
 
     path = tmp_path / "run.yaml"
-    path.write_text("agents: 20\nrounds: 1\nmodels:\n  dummy:\n    provider: dummy\n"
+    path.write_text("scenario: guess_number\nagents: 20\nrounds: 1\nmodels:\n  dummy:\n"
+                    "    provider: dummy\n"
                     "    latency: 0\ngame:\n  protocol: structured\n")
     await launch(load_run_file(path), RunDirectory.create(tmp_path / "out"))
     assert read_table(tmp_path / "out").column("valid").to_pylist() == [True] * 20

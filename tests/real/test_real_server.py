@@ -47,6 +47,7 @@ def _run_file() -> dict[str, Any]:
     if os.environ.get("POPULACE_REAL_LLM_API_KEY"):
         model["api_key_env"] = "POPULACE_REAL_LLM_API_KEY"
     return {
+        "scenario": "guess_number",
         "name": "real-llm-smoke",
         "seed": 1,
         "agents": AGENTS,

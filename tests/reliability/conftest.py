@@ -31,7 +31,8 @@ from populace.scenarios.guess_number import play
 
 #: The run every process test disturbs: long enough rounds (1 s) to hit one in the middle.
 RUN = {
-    "name": "reliability", "seed": 11, "agents": 2000, "rounds": 3, "workers": 2,
+    "scenario": "guess_number", "name": "reliability", "seed": 11, "agents": 2000,
+    "rounds": 3, "workers": 2,
     "backend": "local", "models": {"dummy": {"provider": "dummy", "latency": 1.0}},
 }
 

@@ -32,7 +32,8 @@ import pytest
 import yaml
 
 GAME: dict[str, Any] = {
-    "name": "adv", "seed": 1, "agents": 50, "rounds": 2, "workers": 1, "backend": "local",
+    "scenario": "guess_number", "name": "adv", "seed": 1, "agents": 50, "rounds": 2,
+    "workers": 1, "backend": "local",
     "models": {"dummy": {"provider": "dummy", "latency": 0.0}},
 }
 SOCIAL: dict[str, Any] = {

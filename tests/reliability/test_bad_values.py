@@ -8,16 +8,19 @@ import pytest
 
 from cli_helpers import run_in_process
 
+GAME = "scenario: guess_number\n"
+GAME_BYTES = GAME.encode()
+
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("agents: true\n", "agents: Input should be a valid integer"),
-    ("rounds: 2.5\n", "steps: Input should be a valid integer"),
-    ("game: {low: .nan}\n", "game.low: Input should be a finite number"),
-    ("game: {offset: .inf}\n", "game.offset: Input should be a finite number"),
-    ("models: {d: {provider: dummy, latency: .inf}}\n",
+    (GAME + "agents: true\n", "agents: Input should be a valid integer"),
+    (GAME + "rounds: 2.5\n", "steps: Input should be a valid integer"),
+    (GAME + "game: {low: .nan}\n", "game.low: Input should be a finite number"),
+    (GAME + "game: {offset: .inf}\n", "game.offset: Input should be a finite number"),
+    (GAME + "models: {d: {provider: dummy, latency: .inf}}\n",
      "models.d.latency: Input should be a finite number"),
-    ("agents: 10\nagents: 20\n", "the key 'agents' is given twice"),
-    ("game: {ratio: 1/2, ratio: 2/3}\n", "the key 'ratio' is given twice"),
+    (GAME + "agents: 10\nagents: 20\n", "the key 'agents' is given twice"),
+    (GAME + "game: {ratio: 1/2, ratio: 2/3}\n", "the key 'ratio' is given twice"),
     ("", "the run file is empty"),
     ("# only a comment\n", "the run file is empty"),
 ], ids=["bool-agents", "float-rounds", "nan-low", "inf-offset", "inf-latency",
@@ -40,8 +43,9 @@ def test_a_value_that_makes_nonsense_is_refused(
     (b"name: caf\xe9\n", "not UTF-8 text (byte 9: 0xe9); save it as UTF-8"),
     ("name: x\n".encode("utf-16"), "not UTF-8 text (byte 0: 0xff)"),
     (b"a: " + b"[" * 5000 + b"]" * 5000 + b"\n", "invalid YAML: nested too deeply"),
-    (b"agents: 1000000000000\n", "agents: Input should be less than or equal to 1000000000"),
-    (b"workers: 1000000\n", "workers: Input should be less than or equal to 4096"),
+    (GAME_BYTES + b"agents: 1000000000000\n",
+     "agents: Input should be less than or equal to 1000000000"),
+    (GAME_BYTES + b"workers: 1000000\n", "workers: Input should be less than or equal to 4096"),
 ], ids=["latin-1", "utf-16", "deep", "huge-agents", "huge-workers"])
 def test_a_run_file_that_cannot_be_a_run_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,

@@ -22,7 +22,7 @@ Cap = pytest.CaptureFixture[str]
 Patch = pytest.MonkeyPatch
 
 #: A short run file of each scenario; a case's line is appended to it.
-SHORT = ("name: short\nseed: 1\nagents: 50\nrounds: 1\n"
+SHORT = ("scenario: guess_number\nname: short\nseed: 1\nagents: 50\nrounds: 1\n"
          "models: {dummy: {provider: dummy, latency: 0.01}}\n")
 SURVEY = ("scenario: survey\nname: short\nseed: 1\nagents: 50\n"
           "models: {dummy: {provider: dummy, latency: 0.01}}\n"
@@ -212,7 +212,8 @@ def test_more_than_the_agents_hold_is_refused(
 def test_a_pilot_larger_than_the_run_is_refused(tmp_path: Path, capsys: Cap,
                                                 monkeypatch: Patch) -> None:
     path = tmp_path / "run.yaml"
-    path.write_text("name: e\nagents: 50\nmodels: {o: {provider: openai, model: m, "
+    path.write_text("scenario: guess_number\nname: e\nagents: 50\n"
+                    "models: {o: {provider: openai, model: m, "
                     "base_urls: ['http://127.0.0.1:9/v1']}}\n")
     for pilot in ("51", "99999999999999999999"):
         assert refused_flags(capsys, monkeypatch, "estimate", path, "--pilot", pilot) == (
@@ -420,7 +421,7 @@ async def test_a_pilot_follows_a_population_size_given_for_the_full_run(
 # Every draw mixes the seed as a 64-bit integer: 2**64 ran as seed 0, 2**64 + 1 as seed 1.
 @pytest.mark.parametrize("text", [
     SHORT.replace("seed: 1", f"seed: {2**64}"),
-    SHORT.replace("seed: 1", f"seed: {2**64 + 1}") + "scenario: guess_number\n",
+    SHORT.replace("seed: 1", f"seed: {2**64 + 1}"),  # SHORT names its scenario
     SURVEY.replace("seed: 1", f"seed: {2**64}") + "settings: {questionnaire: questionnaire.yaml}\n",
     SOCIAL + f"  seed: {2**70}\n",
 ], ids=["game", "game-named", "survey", "population"])

@@ -37,7 +37,8 @@ def test_a_stop_with_calls_in_flight_prints_one_line(
     base_url = server.wait_for("serving dummy at ", timeout=60).split(" at ", 1)[1].split()[0]
     path = tmp_path / "run.yaml"
     path.write_text(json.dumps({
-        "name": "in-flight", "seed": 5, "agents": 300, "rounds": 2, "workers": 2,
+        "scenario": "guess_number", "name": "in-flight", "seed": 5, "agents": 300,
+        "rounds": 2, "workers": 2,
         "models": {"llm": {"provider": "openai", "model": "dummy", "base_urls": [base_url],
                            "max_concurrency": 16, "timeout": 120}},
     }))

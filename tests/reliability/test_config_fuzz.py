@@ -112,11 +112,14 @@ garbage = st.recursive(
     scalars, lambda inner: st.lists(inner, max_size=3)
     | st.dictionaries(keys, inner, max_size=3), max_leaves=6)
 
+GAME = "scenario: guess_number\n"
+
 # -- run files ---------------------------------------------------------------------------------
 FAST_DUMMY = {"provider": "dummy", "latency": 0.0}
 
 base_runs = st.fixed_dictionaries(
-    {"agents": st.integers(1, 6), "rounds": st.integers(1, 2),
+    {"scenario": st.just("guess_number"), "agents": st.integers(1, 6),
+     "rounds": st.integers(1, 2),
      "models": st.just({"dummy": FAST_DUMMY})},
     optional={
         "name": st.from_regex(r"[A-Za-z0-9._-]{1,8}", fullmatch=True),
@@ -167,10 +170,13 @@ def mutated(draw: st.DrawFn, run: dict[str, Any]) -> dict[str, Any]:
 
 run_files = st.one_of(
     base_runs.flatmap(mutated).map(lambda d: yaml.safe_dump(d, sort_keys=False)),
-    st.dictionaries(keys, garbage, max_size=5).map(yaml.safe_dump),
+    st.dictionaries(keys, garbage, max_size=5).map(  # the game's, unless it says otherwise
+        lambda d: yaml.safe_dump({"scenario": "guess_number", **d})),
+    st.dictionaries(keys, garbage, max_size=3).map(yaml.safe_dump),
     st.text(max_size=40),  # broken YAML, or YAML that is not a mapping
     st.sampled_from(["agents: 3\n  rounds: 2\n", "- agents\n", "? [a, b]\n: 1\n",
-                     "game: {prompt: '{n_players!x}'}\n", "scenario: [guess_number]\n"]),
+                     "scenario: guess_number\ngame: {prompt: '{n_players!x}'}\n",
+                     "scenario: [guess_number]\n", "agents: 3\n"]),
 )
 
 
@@ -228,16 +234,17 @@ def test_any_run_file_gives_one_line_or_a_run(
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        pytest.param('"[/x]": 1\n', ": [/x]: unknown key", id="markup-in-a-key"),
-        pytest.param("name: '[/]'\n", "name: String should match pattern", id="markup-in-a-value"),
-        pytest.param("seed: '[red]x'\n", "(got '[red]x')", id="markup-kept-as-written"),
-        pytest.param('"a\\nb": 1\n', ": 'a\\nb': unknown key", id="newline-in-a-key"),
+        pytest.param(GAME + '"[/x]": 1\n', ": [/x]: unknown key", id="markup-in-a-key"),
+        pytest.param(GAME + "name: '[/]'\n", "name: String should match pattern",
+                     id="markup-in-a-value"),
+        pytest.param(GAME + "seed: '[red]x'\n", "(got '[red]x')", id="markup-kept-as-written"),
+        pytest.param(GAME + '"a\\nb": 1\n', ": 'a\\nb': unknown key", id="newline-in-a-key"),
         pytest.param("scenario: [guess_number]\n", "scenario: unknown scenario ['guess_number']",
                      id="scenario-not-a-name"),
-        pytest.param("game: {prompt: '{n_players!x}'}\n",
+        pytest.param(GAME + "game: {prompt: '{n_players!x}'}\n",
                      "game.prompt: cannot fill the template: Unknown conversion specifier x",
                      id="prompt-conversion"),
-        pytest.param("game: {prompt: '{low:d}'}\n",
+        pytest.param(GAME + "game: {prompt: '{low:d}'}\n",
                      "game.prompt: cannot fill the template: Unknown format code 'd'",
                      id="prompt-format-spec"),
     ],

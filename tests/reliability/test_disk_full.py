@@ -30,7 +30,7 @@ def tiny(tmp_path: Path) -> Iterator[Path]:
 
 def test_a_full_disk_is_one_line_and_the_run_resumes(tmp_path: Path, tiny: Path) -> None:
     run_file = tmp_path / "run.yaml"
-    run_file.write_text("name: full\nseed: 3\nagents: 3000\nrounds: 8\n"
+    run_file.write_text("scenario: guess_number\nname: full\nseed: 3\nagents: 3000\nrounds: 8\n"
                         "models: {dummy: {provider: dummy, latency: 0}}\n")
     out = tiny / "run"
     done = subprocess.run([sys.executable, "-m", "populace.cli", "run", str(run_file),

@@ -30,7 +30,8 @@ AGENTS, ROUNDS = 200, 3
 def run_data(base_url: str) -> dict[str, Any]:
     """A run of the game against the server at ``base_url`` (two calls per agent-round)."""
     return {
-        "name": "faulty-llm", "seed": 5, "agents": AGENTS, "rounds": ROUNDS, "workers": 2,
+        "scenario": "guess_number", "name": "faulty-llm", "seed": 5, "agents": AGENTS,
+        "rounds": ROUNDS, "workers": 2,
         "models": {"llm": {
             "provider": "openai", "model": "dummy", "base_urls": [base_url],
             # Enough retries to outlast the outage (one every 0.25 s, by Retry-After) plus

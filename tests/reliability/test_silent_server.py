@@ -19,7 +19,8 @@ def test_a_server_that_never_answers_is_reported_within_the_timeout(
     base_url = server.wait_for("serving dummy at ", timeout=60).split(" at ", 1)[1].split()[0]
     path = tmp_path / "run.yaml"
     path.write_text(json.dumps({
-        "name": "silent", "seed": 5, "agents": 2, "rounds": 1, "workers": 1,
+        "scenario": "guess_number", "name": "silent", "seed": 5, "agents": 2, "rounds": 1,
+        "workers": 1,
         "models": {"llm": {"provider": "openai", "model": "dummy", "base_urls": [base_url],
                            "timeout": 2, "max_retries": 1}},
     }))
@@ -70,7 +71,7 @@ def test_sigterm_while_backgrounds_wait_on_a_silent_server_is_one_line(
     base_url = server.wait_for("serving dummy at ", timeout=60).split(" at ", 1)[1].split()[0]
     path = tmp_path / "run.yaml"
     path.write_text(json.dumps({
-        "name": "writers", "seed": 5, "agents": 4,
+        "scenario": "guess_number", "name": "writers", "seed": 5, "agents": 4,
         "models": {"llm": {"provider": "openai", "model": "dummy", "base_urls": [base_url],
                            "timeout": 30}},
         "population": {"aspects": {"age": {"values": ["young", "old"]}},

@@ -21,7 +21,8 @@ def write(path: Path, config: dict[str, Any]) -> Path:
     return path
 
 
-GAME = {"name": "game-archetypes", "seed": 4, "agents": 2000, "rounds": 4, "workers": 2,
+GAME = {"scenario": "guess_number", "name": "game-archetypes", "seed": 4, "agents": 2000,
+        "rounds": 4, "workers": 2,
         "models": {"scripted": {"provider": "scripted", "sampling": {
             "by": ["education"], "samples": 16, "audit": 0.1, "fallback": 5}}},
         "population": {"aspects": {"education": {"values": [

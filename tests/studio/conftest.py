@@ -18,6 +18,7 @@ from populace.studio import Runs, create_app
 HOST = "http://127.0.0.1:8765"  # what TestClient sends as Host: a loopback studio checks it
 
 RUN_FILE = """\
+scenario: guess_number
 name: {name}
 agents: {agents}
 rounds: {rounds}

@@ -192,7 +192,8 @@ def test_starting_refuses_files_outside_the_root(client: TestClient, config: str
 
 
 def test_starting_validates_like_populace_run(client: TestClient, workspace: Path) -> None:
-    (workspace / "broken.yaml").write_text("name: b\nagents: 10\nmodels: {}\nmodel: gpt9\n")
+    (workspace / "broken.yaml").write_text("scenario: guess_number\nname: b\nagents: 10\n"
+                                           "models: {}\nmodel: gpt9\n")
     r = client.post("/api/runs", json={"config": "broken.yaml"})
     assert r.status_code == 400
     assert r.json()["error"].startswith(f"{workspace / 'broken.yaml'}: ")
@@ -255,7 +256,8 @@ def test_a_run_is_stopped_cleanly_and_keeps_its_finished_steps(client: TestClien
 def test_a_run_that_fails_shows_why(client: TestClient, workspace: Path, runs: Runs,
                                     wait_for: Wait) -> None:
     (workspace / "offline.yaml").write_text(
-        "name: offline\nagents: 10\nmodels:\n  m: {provider: openai, model: x, "
+        "scenario: guess_number\nname: offline\nagents: 10\nmodels:\n"
+        "  m: {provider: openai, model: x, "
         "base_urls: ['http://127.0.0.1:9/v1'], max_retries: 0, timeout: 2}\n")
     run_id = client.post("/api/runs", json={"config": "offline.yaml"}).json()["id"]
     live = runs.live(run_id)

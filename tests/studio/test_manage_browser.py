@@ -34,6 +34,7 @@ WIDTH = 1280
 # Two earlier rounds stay in memory, so an agent's mind has something in it; the profession
 # is what the profile queries ask about.
 RUN_FILE = """\
+scenario: guess_number
 name: {name}
 agents: {agents}
 rounds: 40

@@ -21,6 +21,7 @@ from populace.studio import AgentBrowser, Runs, UnknownAgent, create_app
 HOST = "http://127.0.0.1:8765"  # a loopback studio checks the Host header
 
 GAME = """\
+scenario: guess_number
 name: mind-game
 agents: 30
 rounds: 2

@@ -138,7 +138,8 @@ def test_only_a_live_run_can_be_stopped(runs: Runs) -> None:
 
 def test_a_second_run_is_refused_while_one_is_going(runs: Runs, tmp_path: Path) -> None:
     (tmp_path / "tiny.yaml").write_text(
-        "name: tiny\nagents: 5\nrounds: 1\nmodels:\n  dummy: {provider: dummy}\n")
+        "scenario: guess_number\nname: tiny\nagents: 5\nrounds: 1\nmodels:\n"
+        "  dummy: {provider: dummy}\n")
     monitor = RunMonitor()
     runs.attach(tmp_path / "going", monitor)
     with pytest.raises(Refused, match="run going is still going"):

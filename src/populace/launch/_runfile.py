@@ -2,7 +2,7 @@
 
 A run file is YAML::
 
-    scenario: rumour.py:Rumour   # built-in name, entry point, or path/to/file.py:Class
+    scenario: rumour.py:Rumour   # required: a built-in name, entry point, or file.py:Class
     name: rumour
     agents: 5000
     steps: 10                    # `rounds:` means the same
@@ -57,8 +57,6 @@ BUILTIN: dict[str, str] = {
     "survey": "populace.scenarios.survey:Survey",
     "social": "populace.scenarios.social:Social",
 }
-#: The scenario of a run file that names none (run files older than scenarios).
-DEFAULT_SCENARIO = "guess_number"
 #: The entry point group through which an installed package adds scenarios.
 ENTRY_POINTS = "populace.scenarios"
 #: Modules imported from scenario files are named with this prefix.
@@ -261,11 +259,16 @@ def resolve_scenario(ref: str, source: Path) -> type[Scenario]:
     if target is None and ":" in ref:
         target = ref
     if target is None:
-        known = sorted({*BUILTIN, *(ep.name for ep in
-                                    importlib.metadata.entry_points(group=ENTRY_POINTS))})
-        raise ConfigError(f"{source}: scenario: unknown scenario {ref!r} (expected one of: "
-                          f"{', '.join(known) or 'none installed'}; or path/to/file.py:Class)")
+        raise ConfigError(f"{source}: scenario: unknown scenario {ref!r} (expected "
+                          f"{_expected()})")
     return _import_target(source, target)
+
+
+def _expected() -> str:
+    """The scenarios a run file may name, as an error line lists them."""
+    known = sorted({*BUILTIN, *(ep.name for ep in
+                                importlib.metadata.entry_points(group=ENTRY_POINTS))})
+    return f"one of: {', '.join(known)}; or path/to/file.py:Class"
 
 
 def _validate(model: type[BaseModel], data: dict[str, Any], source: str, prefix: str) -> Any:
@@ -311,7 +314,8 @@ def parse_run_file(data: dict[str, Any], source: Path,
     if not data:
         raise ConfigError(f"{source}: the run file is empty (expected at least scenario: "
                           "and the run's options)")
-    data = {"scenario": DEFAULT_SCENARIO, **data}
+    if "scenario" not in data:  # no default: each scenario is named, the game too
+        raise ConfigError(f"{source}: scenario: missing (expected {_expected()})")
     if not isinstance(data["scenario"], str):
         raise ConfigError(f"{source}: scenario: unknown scenario {data['scenario']!r} "
                           "(expected a name or path/to/file.py:Class)")
@@ -416,11 +420,12 @@ def load_run_file(path: str | Path, overrides: dict[str, Any] | None = None) -> 
 
 
 def scenario_of(run_dir: Path) -> type[Scenario] | None:
-    """The scenario class that made run directory ``run_dir`` (from its ``config.yaml``),
-    None when it names none; :class:`ConfigError` when it cannot be loaded any more."""
+    """The scenario class that made run directory ``run_dir`` (from its ``config.yaml``,
+    which has named it since the first version), None when it names none;
+    :class:`ConfigError` when it cannot be loaded any more."""
     config = RunDirectory(run_dir).config_path
     data = read_yaml(config) if config.exists() else {}
-    ref = data.get("scenario", DEFAULT_SCENARIO if data else None)
+    ref = data.get("scenario")
     if not isinstance(ref, str):
         return None
     return resolve_scenario(ref, config)
