@@ -16,7 +16,6 @@ agents (the basic bootstrap, which corrects the plug-in distance's upward bias: 
 samples of one distribution are never at distance 0).
 
 >>> from collections import Counter
-from dataclasses import dataclass
 >>> pairs = Counter({("yes", "yes"): 60, ("no", "no"): 30, ("yes", "no"): 10})
 >>> d = divergence(pairs, seed=1)
 >>> d["audited"], d["tv"]
