@@ -33,6 +33,7 @@ GAME_TEXT = ("choose your number", "profession", "artist", "winning number", "ga
 SIZES = [(1280, 800), (1920, 1080)]
 
 GAME = """\
+scenario: guess_number
 name: game
 agents: 300
 rounds: 3
