@@ -220,6 +220,10 @@ def manage_a_live_run(page: Any, server: StudioServer, root: Path, name: str, *,
         page.wait_for_selector("#mind-calls details.call")
         page.click("#mind-calls details.call summary >> nth=0")
         assert page.locator("#mind-calls details.call[open] .msg").count() >= 1
+        # read again (as a busy live run is, by itself): the opened call stays open
+        page.click("#mind-load")
+        page.wait_for_selector("#mind-load:not([disabled])")
+        assert page.locator("#mind-calls details.call[open] .msg").count() >= 1
         assert page.locator("#mind-conversation .msg").count() >= 1
     shot("15-mind")
     fits(page)

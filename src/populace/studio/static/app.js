@@ -1420,8 +1420,12 @@ function mindPanel(id, agentId) {
       convo.length ? h("div", { class: "conversation", id: "mind-conversation" }, convo.map(message))
         : h("p", { class: "muted", id: "mind-no-calls" }, noCalls()));
     const calls = (m.calls || []).slice().reverse();
+    // A call the user opened stays open when the panel is read again (a live run's busy
+    // worker is read again by itself, every 1.5 s).
+    const callKey = (c) => `${c.time}|${c.model}|${c.prompt_tokens}`;
+    const opened = new Set([...body.querySelectorAll("details.call[open]")].map((d) => d.dataset.key));
     parts.push(h("div", { class: "msg-label" }, `LLM calls: ${num(calls.length)}` + (m.more_calls ? ", the latest (more in llm_calls/)" : "") + ", newest first"),
-      calls.length ? h("div", { class: "manage-list", id: "mind-calls" }, calls.map((c, i) => h("details", { class: "call", "data-call": i },
+      calls.length ? h("div", { class: "manage-list", id: "mind-calls" }, calls.map((c, i) => h("details", { class: "call", "data-call": i, "data-key": callKey(c), open: opened.has(callKey(c)) },
         h("summary", null, [when(c.time), c.model, `${num(c.prompt_tokens)} in / ${num(c.completion_tokens)} out`, secs(c.latency_s),
           c.retries ? `${num(c.retries)} retries` : null,
           c.error ? h("span", { class: "error-text" }, String(c.error)) : h("span", { class: "call-answer" }, String(c.text ?? "").slice(0, 100))]
