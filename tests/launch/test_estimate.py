@@ -14,10 +14,20 @@ import yaml
 
 from cli_helpers import run_in_process
 from populace.core import ConfigError
-from populace.launch import estimate, launch, load_run_file
+from populace.launch import estimate, launch, load_run_file, parse_run_file
+from populace.launch._cpu import (
+    MAX_WAVES,
+    Wave,
+    combined,
+    cpu_decides,
+    measure,
+    steady,
+    wave_agents,
+)
 from populace.launch._estimate import (
     Estimate,
     ModelEstimate,
+    _cpu_may_decide,
     _fixed_limits,
     _in_process,
     client_cores,
@@ -140,6 +150,8 @@ def test_a_wave_bound_step_is_calls_times_service_time_over_the_limit() -> None:
 def test_a_cpu_bound_step_is_calls_times_cpu_per_call() -> None:
     # 512 at once would take 4 s, but the client needs 8 s of CPU for the calls
     assert wall_range(16_384, 10, 0.125, 512, 2**-11) == (4.0, 8.0, 12.0)
+    # 2 s waiting for a core (as the pilot's waves did): the high end only
+    assert wall_range(16_384, 10, 0.125, 512, 2**-11, 2**-13) == (4.0, 8.0, 14.0)
 
 
 def test_a_chain_of_calls_bounds_a_small_step() -> None:
@@ -220,3 +232,104 @@ def test_the_pilot_runs_in_this_process() -> None:
     data = {"agents": 9, "workers": 4, "backend": "ray", "address": "auto"}
     assert _in_process(data) == {"agents": 9, "workers": 4, "backend": "local"}
     assert data["backend"] == "ray"  # the run file's data is left alone
+
+
+# -- the client's CPU per call, measured until steady (issue 28) ----------------------------
+
+def _waves(*waves: Wave) -> Any:
+    """A wave runner that plays ``waves`` in turn."""
+    played = iter(waves)
+
+    async def wave() -> Wave:
+        return next(played)
+
+    return wave
+
+
+def test_cpu_waves_go_on_until_a_second_of_cpu_and_two_waves_agree() -> None:
+    # 0.3 s of CPU a wave, the same κ each time: agreeing from the second, 1 s at the fourth
+    same = [Wave(0.3, 0.0, 1000, 1.0)] * 10
+    assert len(asyncio.run(measure(_waves(*same), budget_s=100))) == 4
+    # 2 s a wave, but one wave is no precision: a second one agreeing
+    big = [Wave(2.0, 0.0, 5000, 2.0)] * 10
+    assert len(asyncio.run(measure(_waves(*big), budget_s=100))) == 2
+    assert steady([Wave(0.6, 0.0, 2000, 1.0), Wave(0.6, 0.0, 2000, 1.0)])
+    assert not steady([Wave(2.0, 0.0, 5000, 1.0)])  # one wave: no spread to judge
+    assert not steady([Wave(1.0, 0.0, 4000, 1.0), Wave(1.4, 0.0, 4000, 1.0)])  # 0.25, 0.35
+
+
+def test_cpu_waves_that_disagree_stop_at_the_most_waves() -> None:
+    # 0.25 and 0.35 ms in turn: the mean's relative standard error is still 6% at eight
+    noisy = [Wave(0.5, 0.0, 2000, 1.0), Wave(0.7, 0.0, 2000, 1.0)] * MAX_WAVES
+    waves = asyncio.run(measure(_waves(*noisy), budget_s=1000))
+    assert len(waves) == MAX_WAVES and not steady(waves)
+
+
+def test_cpu_waves_stay_within_their_budget_but_run_once() -> None:
+    slow = [Wave(0.3, 0.0, 1000, 2.0)] * 10
+    assert len(asyncio.run(measure(_waves(*slow), budget_s=5.0))) == 2  # 2 + 2, not 2 + 2 + 2
+    assert len(asyncio.run(measure(_waves(*slow), budget_s=0.0))) == 1
+
+
+def test_a_wave_keeps_as_many_calls_in_flight_as_a_process_of_the_full_run() -> None:
+    assert wave_agents(20_000, 512, 1) == 512  # the survey: 256 × 2 workers, one process
+    assert wave_agents(2_000, 512, 1) == 500  # at most a quarter of the run
+    assert wave_agents(20_000, 512, 4) == 128  # four processes share the limit
+    assert wave_agents(20_000, None, 1) == 5_000
+
+
+def test_only_a_cpu_term_near_the_wire_term_is_measured_again() -> None:
+    assert cpu_decides(3.9, 8.0)  # the survey at 2,000: CPU-bound
+    assert cpu_decides(3.0, 2.1)  # within 1.5×: the pilot's κ may be that far off
+    assert not cpu_decides(3.85, 2.2)  # the education config: latency-bound
+    assert not cpu_decides(1.0, 0.0)
+
+
+def test_waves_count_the_cpu_and_the_wait_for_a_core_per_call() -> None:
+    cpu = combined([Wave(1.0, 0.1, 4000, 2.0), Wave(1.2, 0.1, 4000, 2.0)], 512)
+    assert cpu.per_call_s == pytest.approx(2.2 / 8000)
+    assert cpu.waited_per_call_s == pytest.approx(0.2 / 8000)
+    assert (cpu.waves, cpu.wave_agents, cpu.calls, cpu.wall_s) == (2, 512, 8000, 4.0)
+    assert cpu.rse == pytest.approx(0.0909, abs=1e-4)  # 0.25, 0.3 ms
+
+
+def test_no_cpu_waves_with_a_batch_model() -> None:
+    data = {"scenario": "guess_number", "agents": 2000, "models": {"m": {
+        "provider": "openai", "model": "x", "base_urls": ["http://127.0.0.1:9/v1"],
+        "batch": {"mode": "api"}}}}
+    full = parse_run_file(data, Path("run.yaml"))
+    assert not _cpu_may_decide(full, (_model("m", 80.0, (4.0, 80.0)),))
+    data["models"]["m"].pop("batch")
+    assert _cpu_may_decide(parse_run_file(data, Path("run.yaml")),
+                           (_model("m", 80.0, (4.0, 80.0)),))
+
+
+SURVEY = Path(__file__).resolve().parents[2] / "examples" / "survey" / "served.yaml"
+
+
+async def test_a_cpu_bound_survey_measures_its_cpu_in_waves(tmp_path: Path,
+                                                              monkeypatch: Any) -> None:
+    """Against a server without latency the survey is bound by the client's CPU: the
+    estimate measures it again in waves of the full run's concurrency (64 × 2 workers, at
+    most a quarter of 400), and the wall time counts the waves' time per call."""
+    monkeypatch.chdir(tmp_path)
+    async with running_server(ServerOptions(policy="scripted", models=("scripted",))) as url:
+        data = yaml.safe_load(SURVEY.read_text())
+        data.update(agents=400, workers=2)
+        data["population"]["size"] = 400
+        for key in ("questionnaire", "reference"):
+            data["settings"][key] = str(SURVEY.parent / data["settings"][key])
+        data["models"] = {"served": {"provider": "openai", "model": "scripted",
+                                     "base_urls": [url], "max_concurrency": 64}}
+        source = tmp_path / "survey.yaml"
+        source.write_text(yaml.safe_dump(data))
+        guess = await estimate(data, source, pilot=20)
+    cpu = guess.cpu
+    assert cpu is not None and cpu.waves >= 1 and cpu.wave_agents == 100
+    assert cpu.calls >= cpu.waves * 100 * 10  # ten questions a respondent
+    (model,) = guess.models
+    assert model.wall_range is not None
+    assert model.wall_range[1] - model.wall_range[0] == pytest.approx(
+        model.calls * (cpu.per_call_s + cpu.waited_per_call_s), rel=1e-3, abs=2e-3)
+    assert model.wall_s is not None and model.wall_s >= model.calls * cpu.per_call_s - 2e-3
+    assert guess.as_dict()["cpu"]["waves"] == cpu.waves

@@ -19,7 +19,13 @@ measures and the full run's limits and processes:
   limit, Little's law takes the queueing out (``latency × limit / callers``).
 - **client CPU per call** ``κ``: the process time of the pilot's steps over their calls.
   Past some concurrency the calls are bound by the client's event loop, not by the
-  server's latency (the survey at 512 in flight).
+  server's latency (the survey at 512 in flight), and there the pilot's 50 agents are no
+  measure of it (a few tenths of a second of CPU, at a tenth of the concurrency): when the
+  CPU term is within 1.5× of the wire's, ``κ`` is measured again in waves at the full
+  run's concurrency until it is steady (≥ 1 s of CPU, two waves agreeing within 5%,
+  within a quarter of the predicted run); the time the client waited for a core then
+  (the server on the same machine, or any other process) widens the range's high end.
+  See :mod:`populace.launch._cpu` and the estimate's ``cpu``.
 - **limits** ``L``: ``max_concurrency`` × endpoints × workers (backgrounds: one client,
   ``backgrounds.concurrency`` at most).
 - **client cores** ``P`` (:func:`client_cores`): the processes the calls are computed in,
@@ -31,8 +37,9 @@ measures and the full run's limits and processes:
 L)`` on the wire and ``C × κ / P`` on the CPU (:func:`wall_range`). The client computes
 while it waits, so the estimate is the larger of the two; the printed range goes from the wire
 alone (the pilot's ``κ`` carries its steps' fixed costs, an overestimate) to their sum
-(no overlap at all). Measured, the wire term slightly overestimates too: the pilot's 50
-callers start at once, and that burst is in its service time (+10-20% on this machine).
+(no overlap at all) plus the waves' wait for a core. Measured, the wire term slightly
+overestimates too: the pilot's 50 callers start at once, and that burst is in its service
+time (+10-20% on this machine).
 An adaptive limit's slow start (8, 16, … up to ``L``, one round trip each) adds its lost
 round trips once per client (:func:`ramp_s`).
 Backgrounds and the steps are estimated separately (backgrounds first, then the steps).
@@ -59,7 +66,7 @@ import os
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +74,17 @@ from populace.core import ConfigError, ModelError, backend_kind
 from populace.llm import OpenAIConfig, build_model, preflight
 from populace.results import RunDirectory
 
+from ._cpu import (
+    WAVE_CAP_S,
+    WAVE_SHARE,
+    ClientCpu,
+    StepClock,
+    Wave,
+    combined,
+    cpu_decides,
+    measure,
+    wave_agents,
+)
 from ._launcher import launch
 from ._runfile import RunFile, parse_run_file
 
@@ -114,6 +132,9 @@ class Estimate:
 
     #: Writing the population's backgrounds, before the first step (None: none to write).
     backgrounds: ModelEstimate | None = None
+    #: The client's time per call the wall time counts, and how it was measured: the
+    #: pilot's own steps, or waves at the full run's concurrency (see ``_cpu``).
+    cpu: ClientCpu | None = None
 
     @property
     def wall_s(self) -> float | None:
@@ -168,10 +189,11 @@ def _concurrency(config: Any, workers: int) -> int | None:
 
 
 def wall_range(calls: float, chain: float, service_s: float, limit: int | None,
-               cpu_s: float) -> tuple[float, float, float]:
+               cpu_s: float, waited_s: float = 0.0) -> tuple[float, float, float]:
     """Seconds that ``calls`` calls take, each caller making ``chain`` of them in a row,
     ``service_s`` each on the wire, at most ``limit`` at once (None: unbounded), and
-    ``cpu_s`` of the client's CPU each: (low, estimate, high).
+    ``cpu_s`` of the client's CPU each (and ``waited_s`` for a core, in the high end
+    only): (low, estimate, high).
 
     >>> wall_range(4000, 2, 0.1, 128, 0.0002)  # the wire: 4000 × 0.1 / 128; CPU: 0.8
     (3.125, 3.125, 3.925)
@@ -180,7 +202,7 @@ def wall_range(calls: float, chain: float, service_s: float, limit: int | None,
     """
     wire = max(chain * service_s, calls * service_s / limit if limit else 0.0)
     cpu = calls * cpu_s
-    return wire, max(wire, cpu), wire + cpu
+    return wire, max(wire, cpu), wire + cpu + calls * waited_s
 
 
 def ramp_s(service_s: float, ceiling: int, start: int, calls: float) -> float:
@@ -207,28 +229,6 @@ def _start(config: Any) -> int:
     if not config.adaptive:
         return int(config.max_concurrency)
     return int(min(config.max_concurrency, max(config.min_concurrency, 8)))
-
-
-class _StepClock:
-    """An observer of the pilot: the process time its steps took (the client's CPU)."""
-
-    def __init__(self) -> None:
-        self.cpu_s = 0.0
-        self._at = 0.0
-
-    def run_started(self, run_file: RunFile, summary: dict[str, Any]) -> None: ...
-
-    def step_started(self, t: int, steps: int) -> None:
-        self._at = time.process_time()
-
-    def step_progress(self, t: int, done: int, total: int) -> None: ...
-
-    def step_finished(self, t: int, entry: dict[str, Any]) -> None:
-        self.cpu_s += time.process_time() - self._at
-
-    def recovering(self, error: BaseException) -> None: ...
-
-    def run_finished(self, summary: dict[str, Any]) -> None: ...
 
 
 def _fixed_limits(data: dict[str, Any]) -> dict[str, Any]:
@@ -316,17 +316,47 @@ async def estimate(data: dict[str, Any], source: Path, overrides: dict[str, Any]
                           f"{', '.join(sorted({c.provider for c in o.models.values()}))}); "
                           "the dummy and scripted models cost nothing")
     pilot_agents = min(PILOT_AGENTS, o.agents) if pilot is None else pilot
-    small: dict[str, Any] = {**(overrides or {}), "agents": pilot_agents}
+    small: dict[str, Any] = {**(overrides or {})}
     if "steps" in full.scenario.options:
         small["steps"] = 1
+    await preflight(dict(o.models))  # an unreachable server: its line now, not a warm-up's
+    await _warm_up(o.models)
+    pilot_file, summary, latencies, clock = await _play(data, source, small, pilot_agents)
+    entries = summary["steps"]
+    made = sum(c.get("requests", 0) for e in entries for c in e.get("llm", {}).values())
+    cpu = ClientCpu(clock.cpu_s / made if made else 0.0, 0.0, round(clock.cpu_s, 3), made, 0)
+    models, backgrounds = _predict(full, pilot_file, summary, latencies, cpu)
+    guess = Estimate(o.agents, o.steps, pilot_agents, len(entries),
+                     float(summary.get("wall_s", 0.0)), models, backgrounds, cpu)
+    agents = wave_agents(o.agents, _limit(o.models, o.workers),
+                         client_cores(o.backend, o.address, o.workers))
+    if agents > pilot_agents and _cpu_may_decide(full, models):
+        async def wave() -> Wave:
+            started = time.perf_counter()
+            _, played, _, timed = await _play(data, source, small, agents)
+            calls = sum(c.get("requests", 0) for e in played["steps"]
+                        for c in e.get("llm", {}).values())
+            return Wave(timed.cpu_s, timed.waited_s, calls, time.perf_counter() - started)
+
+        cpu = combined(await measure(wave, min(WAVE_SHARE * (guess.wall_s or 0.0),
+                                               WAVE_CAP_S)), agents)
+        models, backgrounds = _predict(full, pilot_file, summary, latencies, cpu)
+        guess = replace(guess, models=models, backgrounds=backgrounds, cpu=cpu)
+    return guess
+
+
+async def _play(data: dict[str, Any], source: Path, overrides: dict[str, Any],
+                agents: int) -> tuple[RunFile, dict[str, Any], dict[str, list[float]],
+                                      StepClock]:
+    """A pilot of ``agents`` agents of run file ``data``, in this process, at fixed limits,
+    in a temporary directory: its run file, summary, latencies and clock."""
     data = dict(data)
     population = data.get("population")
     if isinstance(population, dict) and population.get("size") is not None:
-        data["population"] = {**population, "size": pilot_agents}  # it follows agents
-    pilot_file: RunFile = parse_run_file(_in_process(_fixed_limits(data)), source, small)
-    await preflight(dict(o.models))  # an unreachable server: its line now, not a warm-up's
-    await _warm_up(o.models)
-    clock = _StepClock()
+        data["population"] = {**population, "size": agents}  # it follows agents
+    pilot_file = parse_run_file(_in_process(_fixed_limits(data)), source,
+                                {**overrides, "agents": agents})
+    clock = StepClock()
     with tempfile.TemporaryDirectory(prefix="populace-estimate-") as tmp:
         run_dir = RunDirectory.create(Path(tmp) / "pilot")
         # Its own cache: a pilot must not find the backgrounds an earlier pilot wrote.
@@ -336,12 +366,38 @@ async def estimate(data: dict[str, Any], source: Path, overrides: dict[str, Any]
     if summary.get("status") != "completed":
         raise ConfigError(f"{source}: the pilot run ended {summary.get('status')}: "
                           f"{summary.get('error') or 'see its messages'}")
+    return pilot_file, summary, latencies, clock
+
+
+def _limit(models: Mapping[str, Any], workers: int) -> int | None:
+    """The most calls in flight of the run's servers' models (None: unbounded)."""
+    limits = [_concurrency(c, workers) for c in models.values() if isinstance(c, OpenAIConfig)]
+    return None if not limits or None in limits else max(x for x in limits if x is not None)
+
+
+def _cpu_may_decide(full: RunFile, models: tuple[ModelEstimate, ...]) -> bool:
+    """Whether the client's CPU may set the steps' time (:func:`cpu_decides`), in a run
+    without a batch model (a wave would wait for a job per call in a row)."""
+    if any(isinstance(c, OpenAIConfig) and c.batch is not None
+           for c in full.options.models.values()):
+        return False
+    return any(cpu_decides(m.wall_range[0], m.wall_range[1] - m.wall_range[0])
+               for m in models if m.wall_range is not None)
+
+
+def _predict(full: RunFile, pilot_file: RunFile, summary: dict[str, Any],
+             latencies: dict[str, list[float]],
+             client: ClientCpu) -> tuple[tuple[ModelEstimate, ...], ModelEstimate | None]:
+    """Each model's share of the full run, and the backgrounds', from the pilot's
+    ``summary`` and ``latencies`` and the client's time per call."""
+    o = full.options
+    pilot_agents = pilot_file.options.agents
     entries = summary["steps"]
     pilot_steps = len(entries)
     scale = o.agents * o.steps / (pilot_agents * pilot_steps)
-    made = sum(c.get("requests", 0) for e in entries for c in e.get("llm", {}).values())
-    cpu = clock.cpu_s / made if made else 0.0  # the client's CPU per call, in one process
-    share = cpu / client_cores(o.backend, o.address, o.workers)  # the steps' calls, per core
+    cores = client_cores(o.backend, o.address, o.workers)
+    share = client.per_call_s / cores  # the steps' calls' CPU, per core
+    waited = client.waited_per_call_s / cores
     pilot_step_s = sum(float(e.get("wall_s", 0.0)) for e in entries) / max(1, pilot_steps)
     models = []
     for name, config in o.models.items():
@@ -370,7 +426,7 @@ async def estimate(data: dict[str, Any], source: Path, overrides: dict[str, Any]
             if isinstance(config, OpenAIConfig) and config.batch is not None:
                 # a job lasts what the pilot's did; only the client's CPU grows
                 low, mid, high = wall_range(max(0.0, step - requests / pilot_steps), 1,
-                                            pilot_step_s, None, share)
+                                            pilot_step_s, None, share, waited)
                 ramp = 0.0
             else:
                 if limit is not None:  # the pilot's callers beyond its limit queued
@@ -379,7 +435,7 @@ async def estimate(data: dict[str, Any], source: Path, overrides: dict[str, Any]
                 # calls one agent makes in turn (archetypes: no longer per agent)
                 chain = 1 if individual is not None else \
                     math.ceil(requests / (pilot_agents * pilot_steps))
-                low, mid, high = wall_range(step, chain, latency, limit, share)
+                low, mid, high = wall_range(step, chain, latency, limit, share, waited)
                 ramp = 0.0 if not isinstance(config, OpenAIConfig) or limit is None else \
                     ramp_s(latency, config.max_concurrency, _start(config),
                            step / limit * config.max_concurrency)
@@ -388,9 +444,7 @@ async def estimate(data: dict[str, Any], source: Path, overrides: dict[str, Any]
         models.append(ModelEstimate(name, round(calls), round(ptok), round(ctok), cost,
                                     None if latency is None else round(latency, 6), limit,
                                     wall, individual, span))
-    return Estimate(o.agents, o.steps, pilot_agents, pilot_steps,
-                    float(summary.get("wall_s", 0.0)), tuple(models),
-                    _backgrounds(full, summary.get("backgrounds"), cpu))
+    return tuple(models), _backgrounds(full, summary.get("backgrounds"), client)
 
 
 def _archetypes(full: RunFile, pilot: RunFile, sampled: list[dict[str, Any]],
@@ -421,10 +475,10 @@ def _count_archetypes(run_file: RunFile, by: list[str]) -> int:
 
 
 def _backgrounds(full: RunFile, pilot: dict[str, Any] | None,
-                 cpu: float) -> ModelEstimate | None:
+                 client: ClientCpu) -> ModelEstimate | None:
     """Backgrounds for every agent, at the pilot's calls and tokens per written one (as if
-    none were cached yet: an upper bound), in waves of the writer's concurrency (``cpu``:
-    the client's CPU per call)."""
+    none were cached yet: an upper bound), in waves of the writer's concurrency
+    (``client``: the client's time per call)."""
     o = full.options
     if pilot is None or not pilot.get("generated") or o.population is None:
         return None
@@ -443,9 +497,11 @@ def _backgrounds(full: RunFile, pilot: dict[str, Any] | None,
     ramp = 0.0
     if isinstance(config, OpenAIConfig) and config.batch is not None:
         # jobs of `limit` requests, one after another
-        low, mid, high = wall_range(o.agents, math.ceil(o.agents / limit), latency, None, cpu)
+        low, mid, high = wall_range(o.agents, math.ceil(o.agents / limit), latency, None,
+                                    client.per_call_s, client.waited_per_call_s)
     else:
-        low, mid, high = wall_range(o.agents, 1, latency, limit, cpu)
+        low, mid, high = wall_range(o.agents, 1, latency, limit, client.per_call_s,
+                                    client.waited_per_call_s)
         if chat is not None:
             ramp = ramp_s(latency, chat.max_concurrency, _start(chat),
                           o.agents / len(chat.base_urls))
