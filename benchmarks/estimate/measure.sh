@@ -9,7 +9,9 @@ uptime
 $P estimate $cfg --agents $n --json > est-$tag.json || exit 1
 rm -rf runs/$tag .populace-cache
 # --yes: the run measured is the run alone (populace run would pilot it again and ask)
-$P run $cfg --agents $n --out runs/$tag --yes > run-$tag.log 2>&1 || { tail run-$tag.log; exit 1; }
+# the run's process time (user, system) and wall, start-up included: its client's CPU
+/usr/bin/time -o time-$tag.txt -f "%U %S %e" \
+  $P run $cfg --agents $n --out runs/$tag --yes > run-$tag.log 2>&1 || { tail run-$tag.log; exit 1; }
 uptime
 python3 - $tag <<'PY'
 import json, sys
@@ -25,4 +27,9 @@ if e.get("backgrounds"): print("  bg pred", e["backgrounds"]["wall_s"], "calls",
 m = e["models"]
 print("  steps pred", [x["wall_s"] for x in m], "calls", sum(x["calls"] for x in m), calls, "ptok", sum(x["prompt_tokens"] for x in m), ptok, "ctok", sum(x["completion_tokens"] for x in m), ctok, "pilot", e["pilot_wall_s"])
 print("  limits", [x.get("limits") for x in s["steps"]][:3], "step walls", [x["wall_s"] for x in s["steps"]])
+c = e.get("cpu") or {}
+user, system, wall = (float(x) for x in open(f"time-{tag}.txt").read().split()[-3:])
+print(f"  client CPU per call: estimate {1000 * c.get('per_call_s', 0):.3f} ms (waves {c.get('waves')} of {c.get('wave_agents')}, "
+      f"{c.get('measured_s')} s over {c.get('calls')} calls, rse {c.get('rse')}, waited {1000 * c.get('waited_per_call_s', 0):.3f} ms, {c.get('wall_s')} s); "
+      f"the run's process {user + system:.1f} s / {calls + (b.get('sent') or 0)} calls = {1000 * (user + system) / max(1, calls + (b.get('sent') or 0)):.3f} ms (wall {wall} s)")
 PY
