@@ -21,7 +21,7 @@ measures and the full run's limits and processes:
   Past some concurrency the calls are bound by the client's event loop, not by the
   server's latency (the survey at 512 in flight), and there the pilot's 50 agents are no
   measure of it (a few tenths of a second of CPU, at a tenth of the concurrency): when the
-  CPU term is within 1.5× of the wire's, ``κ`` is measured again in waves at the full
+  pilot's CPU term is at least its wire term, ``κ`` is measured again in waves at the full
   run's concurrency until it is steady (≥ 1 s of CPU, two waves agreeing within 5%,
   within a quarter of the predicted run); the time the client waited for a core then
   (the server on the same machine, or any other process) widens the range's high end.
