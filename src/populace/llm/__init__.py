@@ -58,21 +58,16 @@ from ._servers import (
 )
 from ._transport import AiohttpTransport, MockTransport, Response, Transport, TransportError
 from ._wrappers import Coalescing, Counted, ReplayThenLive, Retrying, Wrapper
-from .offline import (
+from .offline import (  # and the fake server's names, when first used: __getattr__ below
     DummyModel,
     EngineParams,
     ScriptedModel,
     ScriptedParams,
-    ServerOptions,
-    create_app,
     extracted_number,
     is_structured,
     json_answer,
-    run_batch,
-    running_server,
     scripted_reply,
     scripted_rule,
-    serve,
 )
 
 __all__ = [
@@ -142,3 +137,17 @@ __all__ = [
     "traffic",
     "unregister_server_kind",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """The fake server's names, re-exported from :mod:`populace.llm.offline` when first used
+    (they load aiohttp's web half, which a run never needs)."""
+    if name in __all__:
+        from . import offline
+
+        return getattr(offline, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -35,9 +35,10 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import aiohttp
+if TYPE_CHECKING:  # aiohttp loads when a batch is sent: a run of offline models never
+    import aiohttp  # pays its import (~0.1 s of every start)
 
 from populace.core import ModelBadResponse, ModelError, ModelHTTPError, ModelUnreachable
 
@@ -257,6 +258,8 @@ class BatchModel(ModelClient):
         return work
 
     def _open(self) -> aiohttp.ClientSession:
+        import aiohttp
+
         if self._session is None:
             self._session = aiohttp.ClientSession(headers=self._headers,
                                                   timeout=aiohttp.ClientTimeout(total=600))
@@ -270,6 +273,8 @@ class BatchModel(ModelClient):
         or 408, a lost connection, a timeout) is tried again up to ``max_retries`` times, as
         plain mode tries a chat request again; before each new attempt ``again`` may give
         the answer instead (a batch created by an attempt whose answer was lost)."""
+        import aiohttp
+
         attempt = 0
         while True:
             try:
@@ -446,6 +451,8 @@ class BatchModel(ModelClient):
         data = source.read_bytes()
 
         def form() -> aiohttp.FormData:  # a form is sent once: one per attempt
+            import aiohttp
+
             made = aiohttp.FormData()
             made.add_field("purpose", "batch")
             made.add_field("file", data, filename=source.name,

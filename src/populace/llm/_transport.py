@@ -14,9 +14,10 @@ import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import aiohttp
+if TYPE_CHECKING:  # aiohttp loads with the first request: a run of offline models, a report
+    import aiohttp  # or an interview never pays its import (~0.1 s of every start)
 
 from populace.core import (
     ModelBadResponse,
@@ -86,6 +87,8 @@ class AiohttpTransport:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def _open(self) -> aiohttp.ClientSession:
+        import aiohttp
+
         loop = asyncio.get_running_loop()
         if self._session is not None:
             if self._loop is loop:
@@ -116,6 +119,8 @@ class AiohttpTransport:
 
     async def _exchange(self, session: aiohttp.ClientSession, url: str, body: bytes | None,
                         headers: Mapping[str, str], timeout: float) -> Response:
+        import aiohttp
+
         method = "GET" if body is None else "POST"
         try:
             if timeout == self.timeout:  # the session's (timeout=None would mean none at all)

@@ -24,7 +24,22 @@ from ._dummy import DummyModel
 from ._engine import EngineParams
 from ._replies import extracted_number, is_structured, json_answer
 from ._scripted import ScriptedModel, ScriptedParams, scripted_reply, scripted_rule
-from ._server import ServerOptions, create_app, run_batch, running_server, serve
+
+#: Names of the fake server, imported when first used (PEP 562): the server needs aiohttp's
+#: web half, which a run of offline models never does (~0.15 s of every start).
+_SERVER_NAMES = frozenset({"ServerOptions", "create_app", "run_batch", "running_server", "serve"})
+
+
+def __getattr__(name: str) -> object:
+    if name in _SERVER_NAMES:
+        from . import _server
+
+        return getattr(_server, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _SERVER_NAMES)
 
 __all__ = [
     "DummyModel",
