@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
@@ -27,6 +29,7 @@ class ConsoleObserver:
         self.console = console
         self.errors = errors or console  # warnings go here (stderr in the CLI)
         self.lines = lines  # False: the bars only (benchmarks)
+        self._prices: dict[str, tuple[float, float]] = {}  # price_per_million, per model
         self.progress = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.fields[unit]}"), TimeElapsedColumn(),
@@ -41,6 +44,8 @@ class ConsoleObserver:
         self._steps = run_file.options.steps
         self._describe = run_file.scenario.describe_step
         self._shown = run_file.scenario.shown
+        self._prices = {name: m.price_per_million for name, m in run_file.options.models.items()
+                        if getattr(m, "price_per_million", None)}
 
     def step_started(self, t: int, steps: int) -> None:
         self._steps = steps
@@ -114,7 +119,7 @@ class ConsoleObserver:
             self.console.print(f"already complete: {done:,} of {done:,} steps; nothing to "
                                "run, nothing changed", soft_wrap=True)
             return
-        for line in [*traffic_lines(summary), *sampling_lines(summary)]:
+        for line in [*traffic_lines(summary), *sampling_lines(summary, self._prices)]:
             self.console.print(line, soft_wrap=True, highlight=False)
         self.warned = warned_steps(summary)
         if self.warned:
@@ -141,20 +146,28 @@ class ConsoleObserver:
         return table
 
 
-def sampling_lines(summary: dict[str, Any]) -> list[str]:
-    """One line per model with archetype sampling: the decisions its archetypes answered,
-    and the audit's largest distance (of any step and decision) with its interval."""
+_COST_KEYS = ("calls", "prompt_tokens", "completion_tokens")
+
+
+def sampling_lines(summary: dict[str, Any],
+                   prices: Mapping[str, tuple[float, float]] | None = None) -> list[str]:
+    """One line per model with archetype sampling: the decisions its archetypes answered;
+    the calls and tokens made against what asking every agent would have made (and, for a
+    model with ``price_per_million``, both in money); the audit's largest distance (of any
+    step and decision) with its interval."""
     shared: dict[str, int] = {}
     worst: dict[str, tuple[float, str, int, dict[str, Any]]] = {}
-    made: dict[str, int] = {}  # calls made in the steps that sampled
-    individual: dict[str, int] = {}  # and what asking everyone would have made there
+    made: dict[str, Counter[str]] = {}  # calls and tokens made in the steps that sampled
+    individual: dict[str, Counter[str]] = {}  # and what asking everyone would have made there
     for entry in summary.get("steps") or ():
         for model, got in (entry.get("sampling") or {}).items():
             shared[model] = shared.get(model, 0) + got.get("shared", 0)
             if "individual" in got:
-                individual[model] = individual.get(model, 0) + got["individual"]["calls"]
-                made[model] = made.get(model, 0) + \
-                    (entry.get("llm") or {}).get(model, {}).get("requests", 0)
+                individual.setdefault(model, Counter()).update(got["individual"])
+                llm = (entry.get("llm") or {}).get(model, {})
+                made.setdefault(model, Counter()).update(
+                    calls=llm.get("requests", 0), prompt_tokens=llm.get("prompt_tokens", 0),
+                    completion_tokens=llm.get("completion_tokens", 0))
             for decision, d in (got.get("decisions") or {}).items():
                 value = d.get("tv", d.get("wasserstein"))
                 if value is not None and (model not in worst or value > worst[model][0]):
@@ -162,11 +175,21 @@ def sampling_lines(summary: dict[str, Any]) -> list[str]:
     lines = []
     for model, n in shared.items():
         line = f"{model}: {n:,} decisions answered by archetypes or a surrogate"
-        if made.get(model):
-            ratio = individual[model] / made[model]
+        if made.get(model, {}).get("calls"):
+            mine, every = made[model], individual[model]
+            ratio = every["calls"] / mine["calls"]
             times = f"{ratio:,.1f}" if ratio < 10 else f"{ratio:,.0f}"
-            line += (f" ({made[model]:,} calls; asking every agent: ~{individual[model]:,}, "
-                     f"{times}x)")
+            tokens = mine["prompt_tokens"] + mine["completion_tokens"]
+            line += (f" ({mine['calls']:,} calls, {tokens:,} tokens; asking every agent: "
+                     f"~{every['calls']:,} calls, "
+                     f"~{every['prompt_tokens'] + every['completion_tokens']:,} tokens, "
+                     f"{times}x")
+            price = (prices or {}).get(model)
+            if price:
+                cost = [(c["prompt_tokens"] * price[0] + c["completion_tokens"] * price[1]) / 1e6
+                        for c in (mine, every)]
+                line += f"; ${cost[0]:,.2f} instead of ~${cost[1]:,.2f}"
+            line += ")"
         if model in worst:
             value, decision, step, d = worst[model]
             kind = "TV" if "tv" in d else "Wasserstein"
