@@ -20,8 +20,12 @@ demo: $(STAMP)
 # waits on subprocesses, Ray and browsers; CPU 92% of one core for 937 s with -n 2, 145% for
 # 645 s with -n 4, same tests, same load). A test file (and the shared Ray cluster's tests)
 # runs on one worker, the slowest files first (tests/conftest.py). `pytest` alone: one process.
+# Bytecode caches on, whatever the environment says (some sandboxes set
+# PYTHONDONTWRITEBYTECODE=1): the suite starts ~450 Python processes that import populace
+# (runs, reports, Ray workers), and without cached bytecode each compiles the package again
+# (0.25 CPU-s each, 27% of an import).
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -q -n 4 --dist loadfile --no-loadscope-reorder
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -n 4 --dist loadfile --no-loadscope-reorder
 
 # Browser tests drive Debian's chromium with Playwright (never a downloaded browser).
 # Installing it needs root (as in CI); without it those tests skip and say why.
