@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import string
 import time
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
@@ -182,7 +183,7 @@ class Participant(Persona):
             play = await self._play(model, msg.content, False, seed_for(base, self.id))
         else:
             play, own = await self.sampled(
-                "guess", msg.content, base, round_no,
+                "guess", self._prompt_key(msg.content), base, round_no,
                 functools.partial(self._play, model, msg.content), _number,
                 lambda p: (p[5], p[3], p[4]), lambda v: (v, "", None, 0, 0, 0, 0))
             if not own:  # an archetype's answer: its calls are not this agent's
@@ -193,6 +194,15 @@ class Participant(Persona):
         guess = Guess(number, text, extract_raw, time.perf_counter() - started,
                       ptok, ctok, calls, retries)
         return Msg(self.id, guess, "assistant")
+
+    def _prompt_key(self, content: str) -> Any:
+        """What an archetype's prompt depends on besides its persona: the round prompt, and
+        my values of the per-agent fields it leaves to fill (members differing in one, say
+        a ``{profession}`` outside ``sampling.by``, must not share the first one's prompt)."""
+        attributes = self.game.attributes
+        if not attributes or "{" not in content:
+            return content
+        return content, tuple(self.profile[f] for f in _fields(content) if f in attributes)
 
     async def _play(self, model: ModelClient, content: str, shared: bool, seed: int
                     ) -> tuple[float | None, str, str | None, int, int, int, int]:
@@ -265,6 +275,12 @@ class Participant(Persona):
             if report is not None:
                 text += f" Your group's number was {report:.2f}."
         self._remember(round_no, "observation", text)
+
+
+@functools.lru_cache(maxsize=16)
+def _fields(prompt: str) -> tuple[str, ...]:
+    """The template fields of a round prompt (what the moderator left to each agent)."""
+    return tuple(sorted({f for _, f, _, _ in string.Formatter().parse(prompt) if f}))
 
 
 def _number(play: tuple[Any, ...]) -> Any:
