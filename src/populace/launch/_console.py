@@ -44,8 +44,8 @@ class ConsoleObserver:
         self._steps = run_file.options.steps
         self._describe = run_file.scenario.describe_step
         self._shown = run_file.scenario.shown
-        self._prices = {name: m.price_per_million for name, m in run_file.options.models.items()
-                        if getattr(m, "price_per_million", None)}
+        self._prices = {name: price for name, m in run_file.options.models.items()
+                        if (price := getattr(m, "price_per_million", None))}
 
     def step_started(self, t: int, steps: int) -> None:
         self._steps = steps
@@ -175,7 +175,7 @@ def sampling_lines(summary: dict[str, Any],
     lines = []
     for model, n in shared.items():
         line = f"{model}: {n:,} decisions answered by archetypes or a surrogate"
-        if made.get(model, {}).get("calls"):
+        if model in made and made[model]["calls"]:
             mine, every = made[model], individual[model]
             ratio = every["calls"] / mine["calls"]
             times = f"{ratio:,.1f}" if ratio < 10 else f"{ratio:,.0f}"

@@ -19,6 +19,8 @@ Clients implement one method, ``send(Request)``; :class:`Retrying`, :class:`Coun
 stands in for the network in tests.
 """
 
+import typing
+
 from ._base import (
     TRAFFIC,
     ChatMessage,
@@ -69,6 +71,9 @@ from .offline import (  # and the fake server's names, when first used: __getatt
     scripted_reply,
     scripted_rule,
 )
+
+if typing.TYPE_CHECKING:  # at run time, __getattr__ below
+    from .offline import ServerOptions, create_app, run_batch, running_server, serve
 
 __all__ = [
     "LAYOUTS",

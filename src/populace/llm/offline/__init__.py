@@ -20,10 +20,15 @@ re-exports the names below, where they were documented before this package exist
 'dummy'
 """
 
+import typing
+
 from ._dummy import DummyModel
 from ._engine import EngineParams
 from ._replies import extracted_number, is_structured, json_answer
 from ._scripted import ScriptedModel, ScriptedParams, scripted_reply, scripted_rule
+
+if typing.TYPE_CHECKING:  # at run time, __getattr__ below
+    from ._server import ServerOptions, create_app, run_batch, running_server, serve
 
 #: Names of the fake server, imported when first used (PEP 562): the server needs aiohttp's
 #: web half, which a run of offline models never does (~0.15 s of every start).
