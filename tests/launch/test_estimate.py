@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from cli_helpers import run_in_process
+from populace.cli._estimate import show
 from populace.core import ConfigError
 from populace.launch import estimate, launch, load_run_file, parse_run_file
 from populace.launch._cpu import (
@@ -307,8 +308,8 @@ def test_no_cpu_waves_with_a_batch_model() -> None:
 SURVEY = Path(__file__).resolve().parents[2] / "examples" / "survey" / "served.yaml"
 
 
-async def test_a_cpu_bound_survey_measures_its_cpu_in_waves(tmp_path: Path,
-                                                              monkeypatch: Any) -> None:
+async def test_a_cpu_bound_survey_measures_its_cpu_in_waves(tmp_path: Path, monkeypatch: Any,
+                                                              capsys: Any) -> None:
     """Against a server without latency the survey is bound by the client's CPU: the
     estimate measures it again in waves of the full run's concurrency (64 × 2 workers, at
     most a quarter of 400), and the wall time counts the waves' time per call."""
@@ -333,3 +334,6 @@ async def test_a_cpu_bound_survey_measures_its_cpu_in_waves(tmp_path: Path,
         model.calls * (cpu.per_call_s + cpu.waited_per_call_s), rel=1e-3, abs=2e-3)
     assert model.wall_s is not None and model.wall_s >= model.calls * cpu.per_call_s - 2e-3
     assert guess.as_dict()["cpu"]["waves"] == cpu.waves
+    show(guess, source)  # `populace estimate` says how it measured the client's CPU
+    assert f"measured in {cpu.waves} wave(s) of 100 agents after the pilot" in \
+        capsys.readouterr().out

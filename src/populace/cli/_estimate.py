@@ -61,6 +61,12 @@ def show(result: Estimate, config: Path) -> None:
             out.print(f"{escape(m.model)} samples archetypes: {m.calls:,} calls; asking every "
                       f"agent: ~{m.individual['calls']:,} calls, "
                       f"{m.individual['prompt_tokens']:,} prompt tokens", soft_wrap=True)
+    if result.cpu is not None and result.cpu.waves:
+        c = result.cpu
+        out.print(f"client CPU per call {c.per_call_s * 1e3:.3f} ms, measured in {c.waves} "
+                  f"wave(s) of {c.wave_agents or 0:,} agents after the pilot "
+                  f"({c.measured_s:.1f} s of CPU over {c.calls:,} calls, {c.wall_s:.1f} s)",
+                  soft_wrap=True)
     out.print(predicted(result), soft_wrap=True)
 
 
