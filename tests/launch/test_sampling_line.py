@@ -56,3 +56,10 @@ def test_the_console_takes_the_prices_of_the_run_file(tmp_path: Path) -> None:
     observer.run_started(load_run_file(run), {})
     observer.run_finished(SUMMARY)
     assert "$0.02 instead of ~$0.90" in console.export_text()
+
+
+def test_a_decision_that_fell_back_is_named_with_its_first_individual_step() -> None:
+    steps = [dict(e) for e in SUMMARY["steps"]]
+    steps[1] = {**steps[1], "sampling": {"m": {**steps[1]["sampling"]["m"], "fell_back": ["q"]}}}
+    (line,) = sampling_lines({"steps": steps})
+    assert line.endswith("; asked individually after the audit: q from step 3")

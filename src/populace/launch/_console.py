@@ -154,14 +154,17 @@ def sampling_lines(summary: dict[str, Any],
     """One line per model with archetype sampling: the decisions its archetypes answered;
     the calls and tokens made against what asking every agent would have made (and, for a
     model with ``price_per_million``, both in money); the audit's largest distance (of any
-    step and decision) with its interval."""
+    step and decision) with its interval; the decisions that fell back (``fallback:``)."""
     shared: dict[str, int] = {}
     worst: dict[str, tuple[float, str, int, dict[str, Any]]] = {}
     made: dict[str, Counter[str]] = {}  # calls and tokens made in the steps that sampled
     individual: dict[str, Counter[str]] = {}  # and what asking everyone would have made there
+    fell: dict[str, dict[str, int]] = {}  # decision → the step after which it fell back
     for entry in summary.get("steps") or ():
         for model, got in (entry.get("sampling") or {}).items():
             shared[model] = shared.get(model, 0) + got.get("shared", 0)
+            for decision in got.get("fell_back") or ():
+                fell.setdefault(model, {}).setdefault(decision, entry["step"])
             if "individual" in got:
                 individual.setdefault(model, Counter()).update(got["individual"])
                 llm = (entry.get("llm") or {}).get(model, {})
@@ -196,6 +199,9 @@ def sampling_lines(summary: dict[str, Any],
             line += (f"; audit's largest distance {kind} {value:.3f} (95% interval "
                      f"{d['low']:.3f}-{d['high']:.3f}, {d['audited']:,} audited) for "
                      f"{decision} at step {step}")
+        if model in fell:
+            line += "; asked individually after the audit: " + ", ".join(
+                f"{decision} from step {step + 1}" for decision, step in fell[model].items())
         lines.append(line)
     return lines
 
