@@ -129,15 +129,7 @@ def test_proportional_samples_follow_the_whole_population_on_any_workers(
         asked = Counter(m[-2]["content"].split("\n\n")[-1] for m in calls if len(m) > 1
                         and m[-1]["content"].startswith(f"Question {q} of"))
         assert {k: n for k, n in asked.items() if k in shown} == shown
-    answers = read_table(out, "answers")
-    two = tmp_path / "two"
-    assert populace("run", path, "--out", two, "--workers", "2").returncode == 0
-    assert read_table(two, "answers").equals(answers)
-    again = tmp_path / "replay"
-    assert populace("run", out / "config.yaml", "--replay", out, "--out",
-                    again).returncode == 0
-    assert read_table(again, "answers").equals(answers)
-    assert read_summary(again)["steps"][0]["llm"]["scripted"]["sent"] == 0
+    same_on_two_workers_and_replayed(path, out, tmp_path)
 
 
 def test_archetypes_of_a_column_the_profiles_lack_are_refused_before_step_1(
@@ -148,6 +140,20 @@ def test_archetypes_of_a_column_the_profiles_lack_are_refused_before_step_1(
     line, = done.stderr.strip().splitlines()
     assert line.startswith(f"error: {tmp_path / 'run.yaml'}: models.scripted.sampling.by.1: "
                            "no profile column 'educaton' (have: age, "), line
+
+
+def same_on_two_workers_and_replayed(path: Path, out: Path, tmp: Path) -> None:
+    """Run file ``path``, run once into ``out``, gives the same answers on two workers, and a
+    replay of ``out`` gives them again without sending a call."""
+    answers = read_table(out, "answers")
+    two = tmp / "two"
+    assert populace("run", path, "--out", two, "--workers", "2").returncode == 0
+    assert read_table(two, "answers").equals(answers)
+    again = tmp / "replay"
+    assert populace("run", out / "config.yaml", "--replay", out, "--out",
+                    again).returncode == 0
+    assert read_table(again, "answers").equals(answers)
+    assert all(e["llm"]["scripted"]["sent"] == 0 for e in read_summary(again)["steps"])
 
 
 def panel(tmp: Path, **sampling: Any) -> Path:
@@ -179,12 +185,4 @@ def test_a_surrogate_answers_a_panel_after_its_first_wave(tmp_path: Path) -> Non
         assert got["shared"] == 3000 * 5 and got["cells"]
         happy = got["decisions"]["happy"]
         assert happy["audited"] > 200 and happy["low"] <= happy["tv"] <= happy["high"]
-    answers = read_table(out, "answers")
-    on_two = tmp_path / "two"
-    assert populace("run", path, "--out", on_two, "--workers", "2").returncode == 0
-    assert read_table(on_two, "answers").equals(answers)
-    again = tmp_path / "replay"
-    assert populace("run", out / "config.yaml", "--replay", out, "--out",
-                    again).returncode == 0
-    assert read_table(again, "answers").equals(answers)
-    assert all(e["llm"]["scripted"]["sent"] == 0 for e in read_summary(again)["steps"])
+    same_on_two_workers_and_replayed(path, out, tmp_path)
