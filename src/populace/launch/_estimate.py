@@ -231,6 +231,11 @@ def _start(config: Any) -> int:
     return int(min(config.max_concurrency, max(config.min_concurrency, 8)))
 
 
+def _requests(steps: list[dict[str, Any]]) -> int:
+    """The requests the models of ``steps`` (summary entries) made."""
+    return sum(c.get("requests", 0) for e in steps for c in e.get("llm", {}).values())
+
+
 def _fixed_limits(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` with every server's client at a fixed limit (see the module docstring)."""
     models = data.get("models")
@@ -323,7 +328,7 @@ async def estimate(data: dict[str, Any], source: Path, overrides: dict[str, Any]
     await _warm_up(o.models)
     pilot_file, summary, latencies, clock = await _play(data, source, small, pilot_agents)
     entries = summary["steps"]
-    made = sum(c.get("requests", 0) for e in entries for c in e.get("llm", {}).values())
+    made = _requests(entries)
     cpu = ClientCpu(clock.cpu_s / made if made else 0.0, 0.0, round(clock.cpu_s, 3), made, 0)
     models, backgrounds = _predict(full, pilot_file, summary, latencies, cpu)
     guess = Estimate(o.agents, o.steps, pilot_agents, len(entries),
@@ -334,9 +339,8 @@ async def estimate(data: dict[str, Any], source: Path, overrides: dict[str, Any]
         async def wave() -> Wave:
             started = time.perf_counter()
             _, played, _, timed = await _play(data, source, small, agents)
-            calls = sum(c.get("requests", 0) for e in played["steps"]
-                        for c in e.get("llm", {}).values())
-            return Wave(timed.cpu_s, timed.waited_s, calls, time.perf_counter() - started)
+            return Wave(timed.cpu_s, timed.waited_s, _requests(played["steps"]),
+                        time.perf_counter() - started)
 
         cpu = combined(await measure(wave, min(WAVE_SHARE * (guess.wall_s or 0.0),
                                                WAVE_CAP_S)), agents)
