@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return "ray_cluster" if in_tests in RAY_CLUSTER_FILES else file
 
     return Scheduling(config, log)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_the_modules_browser() -> Iterator[None]:
+    """After a module of browser tests, its shared Chromium (tests/chromium_page.py)."""
+    yield
+    page = sys.modules.get("chromium_page")
+    if page is not None:
+        page.close_browser()
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,6 @@ same run file played without a pause.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import urllib.request
@@ -21,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from chromium_page import ARTIFACTS, open_page, require
+from chromium_page import ARTIFACTS, open_page, require, run_coroutine
 from populace.launch import launch, load_run_file
 from populace.results import RunDirectory, read_summary, read_table
 from populace.studio import Runs, StudioServer
@@ -107,8 +106,8 @@ def test_pause_step_and_resume_a_live_run(studio: tuple[StudioServer, Path]) -> 
 
     # The same tables as a run never paused.
     again = root / "unpaused"
-    asyncio.run(launch(load_run_file(root / "hold.yaml"), RunDirectory.create(again),
-                       cache=root / "cache"))
+    run_coroutine(launch(load_run_file(root / "hold.yaml"), RunDirectory.create(again),
+                         cache=root / "cache"))
     path = root / "runs" / run_id
     assert read_summary(path)["status"] == "completed"
     assert "paused_after" not in read_summary(path)
