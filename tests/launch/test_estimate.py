@@ -292,6 +292,14 @@ def test_waves_count_the_cpu_and_the_wait_for_a_core_per_call() -> None:
     assert cpu.waited_per_call_s == pytest.approx(0.2 / 8000)
     assert (cpu.waves, cpu.wave_agents, cpu.calls, cpu.wall_s) == (2, 512, 8000, 4.0)
     assert cpu.rse == pytest.approx(0.0909, abs=1e-4)  # 0.25, 0.3 ms
+    assert cpu.pace_s == 0.0  # waves without steps' times
+
+
+def test_the_waves_pace_is_their_steps_time_per_call_less_the_wait_for_a_core() -> None:
+    # busy 1.0 of 1.25 s and 1.2 of 1.5 s: 2.75 s of steps, 0.2 of them waiting, 8000 calls
+    cpu = combined([Wave(1.0, 0.1, 4000, 2.0, 1.25), Wave(1.2, 0.1, 4000, 2.0, 1.5)], 512)
+    assert cpu.pace_s == pytest.approx(2.55 / 8000)
+    assert cpu.pace_s > cpu.per_call_s  # the idle time between the client's turns
 
 
 def test_no_cpu_waves_with_a_batch_model() -> None:
@@ -330,9 +338,16 @@ async def test_a_cpu_bound_survey_measures_its_cpu_in_waves(tmp_path: Path, monk
     assert cpu.calls >= cpu.waves * 100 * 10  # ten questions a respondent
     (model,) = guess.models
     assert model.wall_range is not None
-    assert model.wall_range[1] - model.wall_range[0] == pytest.approx(
-        model.calls * (cpu.per_call_s + cpu.waited_per_call_s), rel=1e-3, abs=2e-3)
+    low, high = model.wall_range
     assert model.wall_s is not None and model.wall_s >= model.calls * cpu.per_call_s - 2e-3
+    # at the waves' pace (the local backend: one process), or the wire's time if longer
+    # (and an adaptive limit's slow start, in both)
+    assert cpu.pace_s is not None and cpu.pace_s > 0
+    assert model.wall_s >= max(low, model.calls * cpu.pace_s) - 2e-3
+    # the range: the wire alone, to no overlap at all (and at least the estimate)
+    assert high - low == pytest.approx(max(
+        model.calls * (cpu.per_call_s + cpu.waited_per_call_s), model.wall_s - low),
+        rel=1e-3, abs=2e-3)
     assert guess.as_dict()["cpu"]["waves"] == cpu.waves
     show(guess, source)  # `populace estimate` says how it measured the client's CPU
     assert f"measured in {cpu.waves} wave(s) of 100 agents after the pilot" in \

@@ -63,9 +63,11 @@ def show(result: Estimate, config: Path) -> None:
                       f"{m.individual['prompt_tokens']:,} prompt tokens", soft_wrap=True)
     if result.cpu is not None and result.cpu.waves:
         c = result.cpu
+        pace = "" if not c.pace_s else (f"; {c.pace_s * 1e3:.3f} ms per call in their steps, "
+                                        f"busy {c.per_call_s / c.pace_s:.0%}")
         out.print(f"client CPU per call {c.per_call_s * 1e3:.3f} ms, measured in {c.waves} "
                   f"wave(s) of {c.wave_agents or 0:,} agents after the pilot "
-                  f"({c.measured_s:.1f} s of CPU over {c.calls:,} calls, {c.wall_s:.1f} s)",
+                  f"({c.measured_s:.1f} s of CPU over {c.calls:,} calls, {c.wall_s:.1f} s{pace})",
                   soft_wrap=True)
     out.print(predicted(result), soft_wrap=True)
 

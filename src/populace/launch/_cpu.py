@@ -19,6 +19,18 @@ runs), or :data:`MAX_WAVES` ran. Measured on the survey: waves of 512 agents spe
 0.33-0.38 ms per call where the full runs of 2,000 and 20,000 agents in the same process
 spent 0.34.
 
+A wave also measures its **pace**: its steps' wall time per call (less its wait for a core,
+below), at the full run's concurrency per process. Where the client's CPU decides, the
+client is not busy all of a step: the step's start and end, and a server as busy as the
+client, leave it idle part of the time. The estimate takes the larger of the wire's time
+and the calls at the waves' pace. Where the wire decides, the pace of a wave is the wire's
+time per call over the same concurrency, so it adds nothing. Measured on the plain survey
+at 2,000 and 20,000 agents, twice each (docs/benchmarks.md): the CPU alone would have
+predicted -15%, -9%, -10% and -12%, and the pace predicted +9%, +11%, +21% and +8%. A
+wave has exactly as many agents as calls in flight, so its client sometimes waits on
+every call at once, where the full run always has a caller ready: its pace errs long, as
+the CPU alone errs short, and the run lands between the two.
+
 A wave also measures how long the event loop's thread waited for a core
 (``run_delay`` in ``/proc/thread-self/schedstat``: runnable, not running; 0 where Linux
 does not count it): the server on the same machine, or any other process, held it. The
@@ -68,6 +80,7 @@ class Wave:
     waited_s: float  # its event loop's thread runnable but not running
     calls: int
     wall_s: float  # the whole pilot's, start-up included
+    step_s: float = 0.0  # its steps' wall time
 
 
 @dataclass(frozen=True)
@@ -82,6 +95,9 @@ class ClientCpu:
     wave_agents: int | None = None
     rse: float | None = None  # of the waves' mean κ (two waves or more)
     wall_s: float = 0.0  # the waves' time
+    #: the waves' steps' wall time per call, less their wait for a core (waves only): the
+    #: pace of one process at the full run's concurrency, its idle time included
+    pace_s: float | None = None
 
 
 def _waited() -> float:
@@ -177,8 +193,9 @@ def combined(waves: Sequence[Wave], agents: int) -> ClientCpu:
     """The waves' CPU and wait per call: their totals over their calls."""
     calls = sum(w.calls for w in waves)
     cpu = sum(w.cpu_s for w in waves)
-    return ClientCpu(cpu / calls if calls else 0.0,
-                     sum(w.waited_s for w in waves) / calls if calls else 0.0,
+    waited = sum(w.waited_s for w in waves)
+    return ClientCpu(cpu / calls if calls else 0.0, waited / calls if calls else 0.0,
                      round(cpu, 3), calls, len(waves), agents,
                      None if (spread := rse(waves)) is None else round(spread, 4),
-                     round(sum(w.wall_s for w in waves), 3))
+                     round(sum(w.wall_s for w in waves), 3),
+                     max(0.0, sum(w.step_s for w in waves) - waited) / calls if calls else None)

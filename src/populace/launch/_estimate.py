@@ -25,6 +25,8 @@ measures and the full run's limits and processes:
   run's concurrency until it is steady (≥ 1 s of CPU, two waves agreeing within 5%,
   within a quarter of the predicted run); the time the client waited for a core then
   (the server on the same machine, or any other process) widens the range's high end.
+  The waves also measure their **pace** ``π``, their steps' wall time per call: the CPU's
+  and the client's idle time between (a server as busy as the client, the steps' ends).
   See :mod:`populace.launch._cpu` and the estimate's ``cpu``.
 - **limits** ``L``: ``max_concurrency`` × endpoints × workers (backgrounds: one client,
   ``backgrounds.concurrency`` at most).
@@ -35,7 +37,8 @@ measures and the full run's limits and processes:
 
 ``C`` calls, each caller making ``chain`` of them in a row, take ``max(chain × s, C × s /
 L)`` on the wire and ``C × κ / P`` on the CPU (:func:`wall_range`). The client computes
-while it waits, so the estimate is the larger of the two; the printed range goes from the wire
+while it waits, so the estimate is the larger of the two, and of ``C × π / P`` where waves
+measured the pace; the printed range goes from the wire
 alone (the pilot's ``κ`` carries its steps' fixed costs, an overestimate) to their sum
 (no overlap at all) plus the waves' wait for a core. Measured, the wire term slightly
 overestimates too: the pilot's 50 callers start at once, and that burst is in its service
@@ -340,7 +343,8 @@ async def estimate(data: dict[str, Any], source: Path, overrides: dict[str, Any]
             started = time.perf_counter()
             _, played, _, timed = await _play(data, source, small, agents)
             return Wave(timed.cpu_s, timed.waited_s, _requests(played["steps"]),
-                        time.perf_counter() - started)
+                        time.perf_counter() - started,
+                        sum(float(e.get("wall_s", 0.0)) for e in played["steps"]))
 
         cpu = combined(await measure(wave, min(WAVE_SHARE * (guess.wall_s or 0.0),
                                                WAVE_CAP_S)), agents)
@@ -440,6 +444,9 @@ def _predict(full: RunFile, pilot_file: RunFile, summary: dict[str, Any],
                 chain = 1 if individual is not None else \
                     math.ceil(requests / (pilot_agents * pilot_steps))
                 low, mid, high = wall_range(step, chain, latency, limit, share, waited)
+                if client.pace_s is not None:  # the waves' pace: the CPU's and its idle
+                    mid = max(mid, step * client.pace_s / cores)
+                    high = max(high, mid)
                 ramp = 0.0 if not isinstance(config, OpenAIConfig) or limit is None else \
                     ramp_s(latency, config.max_concurrency, _start(config),
                            step / limit * config.max_concurrency)
