@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import forkserver
 from populace.cli import main
 
 
@@ -53,8 +54,9 @@ def environment() -> dict[str, str]:
 
 
 def populace(*args: str | Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """``populace ARGS`` in a subprocess (output captured as text)."""
-    return subprocess.run([sys.executable, "-m", "populace.cli", *map(str, args)],
+    """``populace ARGS`` in a subprocess (output captured as text; forked by
+    :mod:`forkserver`, which spares it the interpreter's start-up)."""
+    return forkserver.run([sys.executable, "-m", "populace.cli", *map(str, args)],
                           capture_output=True, text=True, env=environment(), timeout=timeout)
 
 
@@ -63,7 +65,7 @@ def kill_9_after(log: Path, marker: str, delay: float, *args: str | Path,
     """Start ``populace ARGS`` with its stdout in ``log``, and kill -9 it ``delay`` seconds
     after ``marker`` appears there (a run killed mid-step, say)."""
     with log.open("w") as stdout:
-        proc = subprocess.Popen([sys.executable, "-m", "populace.cli", *map(str, args)],
+        proc = forkserver.spawn([sys.executable, "-m", "populace.cli", *map(str, args)],
                                 stdout=stdout, stderr=subprocess.DEVNULL, env=environment())
     try:
         deadline = time.monotonic() + timeout

@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import forkserver
 
 BLOCK = re.compile(r"(?:<!-- file: (?P<file>\S+) -->\n)?```(?P<lang>\w+)\n(?P<body>.*?)```",
                    re.S)
@@ -36,8 +40,7 @@ def run_page(doc: Path, directory: Path) -> int:
         elif lang == "console":
             for line in body.splitlines():
                 command, _, expect = line.removeprefix("$ ").partition("  # exit ")
-                done = subprocess.run(command, shell=True, cwd=directory, env=env, text=True,
-                                      capture_output=True, timeout=300)
+                done = _shell(command, directory, env)
                 assert done.returncode == int(expect or 0), (command, done.stderr)
                 assert "Traceback" not in done.stderr, (command, done.stderr)
                 stderr += done.stderr
@@ -54,3 +57,20 @@ def run_page(doc: Path, directory: Path) -> int:
                 line = line.replace("{here}", str(directory.resolve()))
                 assert line in stderr.splitlines(), (line, stderr)
     return ran
+
+
+#: What makes a command line more than a program and its arguments.
+_SHELL = re.compile(r"[|&;<>()$`*?~{}\[\]!#\\]")
+
+
+def _shell(command: str, directory: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``command`` run in a shell in ``directory``; a plain ``populace ...`` line is forked
+    by tests/forkserver.py instead (the same process for the page, without the
+    interpreter's start-up)."""
+    words = None if _SHELL.search(command) else shlex.split(command)
+    if words and words[0] == "populace" and shutil.which("populace", path=env["PATH"]) == \
+            forkserver.SCRIPT:
+        return forkserver.run([forkserver.SCRIPT, *words[1:]], cwd=directory, env=env,
+                              text=True, capture_output=True, timeout=300)
+    return subprocess.run(command, shell=True, cwd=directory, env=env, text=True,
+                          capture_output=True, timeout=300)

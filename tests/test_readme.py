@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+import forkserver
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 EXAMPLE = ROOT / "examples" / "guess_number.yaml"
@@ -22,7 +24,7 @@ def test_the_readme_has_examples() -> None:
 @pytest.mark.parametrize("code", BLOCKS, ids=[f"block-{i}" for i in range(len(BLOCKS))])
 def test_example_runs(code: str, tmp_path: Path) -> None:
     if "runs/mine" in code:  # reads the run the README's first command makes (smaller here)
-        made = subprocess.run(
+        made = forkserver.run(
             [sys.executable, "-m", "populace.cli", "run", str(EXAMPLE), "--agents", "300",
              "--rounds", "2", "--out", "runs/mine"],
             cwd=tmp_path, capture_output=True, text=True, timeout=120)

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+import forkserver
 from populace.results import read_summary, read_table
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "guess_number.yaml"
@@ -22,7 +23,7 @@ def populace(*args: str | Path, timeout: float = 60) -> subprocess.CompletedProc
     """Run the command in a new process, as a user would."""
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR")}
     env["NO_COLOR"] = "1"
-    return subprocess.run(
+    return forkserver.run(
         [sys.executable, "-m", "populace.cli", *map(str, args)],
         capture_output=True, text=True, timeout=timeout, env=env,
     )
@@ -148,7 +149,7 @@ def test_ctrl_c_keeps_finished_rounds(tmp_path: Path, fast_example: Path) -> Non
     fast_example.write_text(yaml.safe_dump(data))
     out = tmp_path / "out"
     env = {**os.environ, "NO_COLOR": "1"}
-    proc = subprocess.Popen(
+    proc = forkserver.spawn(
         [sys.executable, "-m", "populace.cli", "run", str(fast_example), "--agents", "200",
          "--rounds", "30", "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+import forkserver
 from cli_helpers import environment, run_in_process, run_ok
 from populace.launch import fork
 from populace.results import read_summary
@@ -34,7 +35,7 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A ``serve-llm`` answering the game's prompts, for the whole module."""
     log = tmp_path_factory.mktemp("server") / "server.txt"
     with log.open("w") as stdout:
-        server = subprocess.Popen(
+        server = forkserver.spawn(
             [sys.executable, "-m", "populace.cli", "serve-llm", "--port", "0", "--policy",
              "scripted", "--model", "scripted"],
             stdout=stdout, stderr=subprocess.STDOUT, env=environment())
@@ -78,7 +79,7 @@ def one_line(err: str) -> str:
 def test_a_large_run_without_a_terminal_is_refused_in_one_line(tmp_path: Path,
                                                                url: str) -> None:
     out = tmp_path / "out"
-    done = subprocess.run(
+    done = forkserver.run(
         [sys.executable, "-m", "populace.cli", "run", game(tmp_path, url, 12_000), "--out",
          out], stdin=subprocess.DEVNULL, capture_output=True, text=True, env=environment(),
         timeout=120)
@@ -96,7 +97,7 @@ def test_in_a_terminal_it_asks_and_a_no_starts_nothing(tmp_path: Path, url: str)
     terminal, inside = pty.openpty()
     os.write(terminal, b"n\n")  # waits in the terminal until the question reads it
     try:
-        done = subprocess.run(
+        done = forkserver.run(
             [sys.executable, "-m", "populace.cli", "run", game(tmp_path, url, 12_000), "--out",
              out], stdin=inside, capture_output=True, text=True, env=environment(),
             timeout=120)

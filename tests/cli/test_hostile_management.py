@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 import pytest
 import yaml
 
+import forkserver
 from cli_helpers import run_in_process, run_ok
 from populace.launch import read_interventions, read_interviews
 
@@ -164,7 +165,7 @@ def test_a_damaged_interviews_table_is_one_line(run: Path, capsys: Cap,
 
 def _in_a_process(*args: str | Path, timeout: float = 60) -> tuple[int, str]:
     """``populace ARGS`` in a process of its own (a FIFO could block this one for ever)."""
-    done = subprocess.run([sys.executable, "-m", "populace.cli", *map(str, args)],
+    done = forkserver.run([sys.executable, "-m", "populace.cli", *map(str, args)],
                           capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "NO_COLOR": "1"})
     return done.returncode, done.stderr
@@ -223,7 +224,7 @@ def test_interviews_saved_at_once_by_four_processes_are_all_kept(run: Path) -> N
 
 
 def test_four_interview_commands_at_once_lose_no_answer(run: Path) -> None:
-    procs = [subprocess.Popen([sys.executable, "-m", "populace.cli", "interview", str(run),
+    procs = [forkserver.spawn([sys.executable, "-m", "populace.cli", "interview", str(run),
                                f"question {n}?", "--agent", str(n)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
              for n in range(4)]
@@ -240,7 +241,7 @@ def test_four_interview_commands_at_once_lose_no_answer(run: Path) -> None:
 
 
 def test_four_intervene_commands_at_once_are_all_kept(run: Path) -> None:
-    procs = [subprocess.Popen([sys.executable, "-m", "populace.cli", "intervene", str(run),
+    procs = [forkserver.spawn([sys.executable, "-m", "populace.cli", "intervene", str(run),
                                "--step", "2", "--text", f"note {n}"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
              for n in range(4)]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import forkserver
 from cli_helpers import run_in_process
 from populace.results import read_summary, read_table
 
@@ -116,7 +117,7 @@ def test_a_scenario_file_that_stops_importing_after_its_run_is_one_line(
     directory without summary.json: nothing is made before it imports; a run whose file
     breaks afterwards keeps its summary, is read by report, and its resume is one line."""
     def populace(*args: str | Path) -> tuple[int, str]:  # a process each: a fresh import
-        done = subprocess.run([sys.executable, "-m", "populace.cli", *map(str, args)],
+        done = forkserver.run([sys.executable, "-m", "populace.cli", *map(str, args)],
                               capture_output=True, text=True, timeout=120, cwd=tmp_path,
                               env={**os.environ, "NO_COLOR": "1"})
         return done.returncode, done.stderr
@@ -150,7 +151,7 @@ def test_a_scenario_stops_cleanly_on_a_signal_and_resumes(
     out = tmp_path / "out"
     env = {**os.environ, "NO_COLOR": "1"}
     path = votes_file(agents=100, steps=3, settings={"think": 0.5})
-    proc = subprocess.Popen([sys.executable, "-m", "populace.cli", "run", str(path), "--out",
+    proc = forkserver.spawn([sys.executable, "-m", "populace.cli", "run", str(path), "--out",
                              str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env)
     assert proc.stdout is not None
@@ -165,7 +166,7 @@ def test_a_scenario_stops_cleanly_on_a_signal_and_resumes(
                               f"populace run --resume {out}")
     summary = read_summary(out)
     assert summary["status"] == "interrupted" and "error" not in summary  # a clean stop
-    done = subprocess.run([sys.executable, "-m", "populace.cli", "run", "--resume", str(out)],
+    done = forkserver.run([sys.executable, "-m", "populace.cli", "run", "--resume", str(out)],
                           capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     summary = read_summary(out)
@@ -192,7 +193,7 @@ def test_opinions_gives_the_same_tables_on_local_and_ray(tmp_path: Path) -> None
     tables = {}
     for backend in ("local", "ray"):
         out = tmp_path / backend
-        done = subprocess.run([sys.executable, "-m", "populace.cli", "run", str(OPINIONS),
+        done = forkserver.run([sys.executable, "-m", "populace.cli", "run", str(OPINIONS),
                                "--agents", "400", "--rounds", "2", "--backend", backend,
                                "--out", str(out)], capture_output=True, text=True, env=env,
                               timeout=300)
@@ -244,7 +245,7 @@ def test_a_scenario_file_imports_its_neighbours_on_every_backend(tmp_path: Path)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     for backend in ("local", "ray"):
         out = tmp_path / backend
-        done = subprocess.run([sys.executable, "-m", "populace.cli", "run", str(path),
+        done = forkserver.run([sys.executable, "-m", "populace.cli", "run", str(path),
                                "--backend", backend, "--out", str(out)], cwd="/",
                               capture_output=True, text=True, env=env, timeout=300)
         assert done.returncode == 0, done.stderr

@@ -22,6 +22,7 @@ import aiohttp
 import pyarrow as pa
 import pytest
 
+import forkserver
 from cli_helpers import run_in_process
 from game_helpers import game_file
 from populace.core import ModelError, ModelHTTPError
@@ -198,7 +199,7 @@ def slow_batches(tmp_path: Path) -> Iterator[str]:
     """``populace serve-llm`` in a subprocess whose batches take 4 s; yields its base URL."""
     log = tmp_path / "server.txt"
     with log.open("w") as stdout:
-        server = subprocess.Popen(
+        server = forkserver.spawn(
             cli("serve-llm", "--port", "0", "--policy", "scripted", "--model", "scripted",
                 "--batch-latency", "4"),
             stdout=stdout, stderr=subprocess.STDOUT, env=environment())
@@ -220,7 +221,7 @@ def test_kill_9_mid_batch_then_resume_sends_each_request_once(
     path.write_text(json.dumps(run_data(url, batch=batch, agents=1000, rounds=1)))
     out, log = tmp_path / "out", tmp_path / "run.txt"
     with log.open("w") as stdout:
-        proc = subprocess.Popen(cli("run", path, "--out", out), stdout=stdout,
+        proc = forkserver.spawn(cli("run", path, "--out", out), stdout=stdout,
                                 stderr=subprocess.STDOUT, env=environment())
     try:  # both workers' first batches exist (4 s each): kill the run inside them
         wait_until("two journaled batches", lambda: len(journal(out)) >= 2, proc, log,
@@ -236,7 +237,7 @@ def test_kill_9_mid_batch_then_resume_sends_each_request_once(
     assert all(b["status"] != "completed" for b in in_progress["batches"].values()), \
         "the batches ended before the kill: nothing was interrupted"
 
-    done = subprocess.run(cli("run", "--resume", out), capture_output=True, text=True,
+    done = forkserver.run(cli("run", "--resume", out), capture_output=True, text=True,
                           env=environment(), timeout=60)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
@@ -251,7 +252,7 @@ def test_kill_9_mid_batch_then_resume_sends_each_request_once(
     assert read_summary(out)["status"] == "completed"
     assert llm_counts(out)[0]["failures"] == 0
 
-    whole = subprocess.run(cli("run", path, "--out", tmp_path / "whole"), capture_output=True,
+    whole = forkserver.run(cli("run", path, "--out", tmp_path / "whole"), capture_output=True,
                            text=True, env=environment(), timeout=60)
     assert whole.returncode == 0, whole.stderr
     assert blocking_stats(url)["batch_requests"] == 2 * 1000 * 2

@@ -28,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+import forkserver
 from cli_helpers import environment, populace
 from populace.core import ModelBadResponse
 from populace.llm import OpenAIConfig, build_model
@@ -208,7 +209,7 @@ def test_kill_9_between_creating_a_batch_and_journaling_it_never_pays_twice(
     # The server creates (and runs) the first batch but answers its id 60 s later.
     with served(options("hold:60")) as url:
         path, out = run_file(tmp_path, url), tmp_path / "out"
-        proc = subprocess.Popen([sys.executable, "-m", "populace.cli", "run", path, "--out",
+        proc = forkserver.spawn([sys.executable, "-m", "populace.cli", "run", path, "--out",
                                  out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 env=environment())
         try:
@@ -264,7 +265,7 @@ def test_kill_9_at_any_moment_then_resume_answers_each_request_once(
     faults, retries, when = MOMENTS[moment]
     with served(options(*faults, batch_latency=2.0)) as url:
         path, out = run_file(tmp_path, url, max_retries=retries), tmp_path / "out"
-        proc = subprocess.Popen([sys.executable, "-m", "populace.cli", "run", path, "--out",
+        proc = forkserver.spawn([sys.executable, "-m", "populace.cli", "run", path, "--out",
                                  out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 env=environment())
         try:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 import yaml
+
+import forkserver
 
 URL = os.environ.get("POPULACE_REAL_LLM_URL", "").strip()
 MODEL = os.environ.get("POPULACE_REAL_LLM_MODEL", "").strip()
@@ -66,7 +67,7 @@ def test_guess_number_against_real_server(tmp_path: Path) -> None:
     run_file = tmp_path / "real.yaml"
     run_file.write_text(yaml.safe_dump(_run_file(), sort_keys=False))
     out = tmp_path / "run"
-    proc = subprocess.run(
+    proc = forkserver.run(
         [sys.executable, "-m", "populace.cli", "run", str(run_file), "--out", str(out)],
         capture_output=True, text=True, timeout=1800,
         env={**os.environ, "COLUMNS": "200"},

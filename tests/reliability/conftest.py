@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pytest
 import yaml
 
+import forkserver
 from game_helpers import game_file
 from populace.results import RunDirectory, read_summary, read_table
 from populace.scenarios.guess_number import play
@@ -48,7 +49,7 @@ class Proc:
         env["NO_COLOR"] = "1"
         env.pop("RAY_ADDRESS", None)  # a run of ours starts its own Ray, never joins one
         self.args = [str(a) for a in args]
-        self.popen = subprocess.Popen(
+        self.popen = forkserver.spawn(
             [sys.executable, "-m", "populace.cli", *self.args], cwd=cwd,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )

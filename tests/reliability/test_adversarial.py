@@ -31,6 +31,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+import forkserver
+
 GAME: dict[str, Any] = {
     "scenario": "guess_number", "name": "adv", "seed": 1, "agents": 50, "rounds": 2,
     "workers": 1, "backend": "local",
@@ -62,10 +64,12 @@ def populace(*args: str | Path, cwd: Path | None = None, timeout: float = 20,
         if memory is not None:
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
-    proc = subprocess.Popen([sys.executable, "-m", "populace.cli", *map(str, args)], cwd=cwd,
+    # forked by tests/forkserver.py (no interpreter start-up), unless a limit needs a
+    # fresh process
+    proc = forkserver.spawn([sys.executable, "-m", "populace.cli", *map(str, args)], cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             errors="replace", env=env, start_new_session=True,
-                            preexec_fn=limits)
+                            preexec_fn=limits if memory is not None else None)
     try:
         out, err = proc.communicate(timeout=timeout)
         return proc.returncode, out, err

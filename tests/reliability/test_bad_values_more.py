@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ValidationError
 
+import forkserver
 from cli_helpers import run_in_process
 from populace._strict import StrictModel
 from populace.launch import ScenarioSettings
@@ -383,7 +384,7 @@ def test_a_studio_stopped_by_a_signal_exits_as_populace_run_does(
         tmp_path: Path, sig: signal.Signals, code: int) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR")}
     env.update(NO_COLOR="1", PYTHONUNBUFFERED="1", POPULACE_STUDIO_TOKEN="")
-    proc = subprocess.Popen([sys.executable, "-m", "populace.cli", "studio", "--port", "0",
+    proc = forkserver.spawn([sys.executable, "-m", "populace.cli", "studio", "--port", "0",
                              "--runs", str(tmp_path)], cwd=tmp_path, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:

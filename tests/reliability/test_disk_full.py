@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import forkserver
 from populace.results import read_summary, read_table, run_snapshot
 
 
@@ -33,7 +34,7 @@ def test_a_full_disk_is_one_line_and_the_run_resumes(tmp_path: Path, tiny: Path)
     run_file.write_text("scenario: guess_number\nname: full\nseed: 3\nagents: 3000\nrounds: 8\n"
                         "models: {dummy: {provider: dummy, latency: 0}}\n")
     out = tiny / "run"
-    done = subprocess.run([sys.executable, "-m", "populace.cli", "run", str(run_file),
+    done = forkserver.run([sys.executable, "-m", "populace.cli", "run", str(run_file),
                            "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
@@ -44,7 +45,7 @@ def test_a_full_disk_is_one_line_and_the_run_resumes(tmp_path: Path, tiny: Path)
     assert run_snapshot(out).status in ("interrupted", "failed")
 
     subprocess.run(["mount", "-o", "remount,size=20m", str(tiny)], check=True)  # room again
-    resumed = subprocess.run([sys.executable, "-m", "populace.cli", "run", "--resume", str(out)],
+    resumed = forkserver.run([sys.executable, "-m", "populace.cli", "run", "--resume", str(out)],
                              capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     assert read_summary(out)["status"] == "completed"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+import forkserver
 from populace.launch import check_inputs
 from populace.results import read_summary
 
@@ -41,7 +41,7 @@ def populace_proc(populace: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def run_cli(*args: str | Path, cwd: Path) -> tuple[int, str, str]:
-    done = subprocess.run([sys.executable, "-m", "populace.cli", *map(str, args)],
+    done = forkserver.run([sys.executable, "-m", "populace.cli", *map(str, args)],
                           capture_output=True, text=True, timeout=120, cwd=cwd,
                           env={**os.environ, "NO_COLOR": "1"})
     return done.returncode, done.stdout, done.stderr

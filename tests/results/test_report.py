@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import forkserver
 from cli_helpers import run_in_process as cli
 from game_helpers import game_file
 from populace.results import (
@@ -263,7 +263,7 @@ def test_report_command_in_a_new_process(runs: dict[str, Path], tmp_path: Path) 
     copy = tmp_path / "half"
     shutil.copytree(runs["half"], copy)
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "100"}
-    proc = subprocess.run([sys.executable, "-m", "populace.cli", "report", str(copy)],
+    proc = forkserver.run([sys.executable, "-m", "populace.cli", "report", str(copy)],
                           capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "half: 60 agents, s, completed" in proc.stdout

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+import forkserver
 import populace.llm.offline._scripted as registry
 from populace.agents._scripted import persona_reply
 from populace.llm.offline import ScriptedParams, scripted_reply, scripted_rule
@@ -144,7 +145,7 @@ def test_serve_llm_in_its_own_process_answers_every_rule_s_prompt(tmp_path: Any)
     log = tmp_path / "server.txt"
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR")}
     with log.open("w") as out:
-        server = subprocess.Popen(
+        server = forkserver.spawn(
             [sys.executable, "-m", "populace.cli", "serve-llm", "--port", "0", "--policy",
              "scripted", "--model", "scripted"], stdout=out, stderr=subprocess.STDOUT,
             env={**env, "NO_COLOR": "1"})

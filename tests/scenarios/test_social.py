@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+import forkserver
 from cli_helpers import environment, populace, run_in_process
 from populace.core import derive_seed
 from populace.launch import launch, load_run_file
@@ -150,7 +151,7 @@ def stop_after_step_2(tmp_path: Path, sig: signal.Signals) -> tuple[Path, int, s
     path, out = write(tmp_path / "slow.yaml", SLOW), tmp_path / "out"
     err = tmp_path / "stderr.txt"
     with err.open("w") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "populace.cli", "run", str(path),
+        proc = forkserver.spawn([sys.executable, "-m", "populace.cli", "run", str(path),
                                  "--out", str(out)], stdout=subprocess.DEVNULL, stderr=stderr,
                                 env=environment())
     try:

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 import pytest
 import yaml
 
+import forkserver
 from cli_helpers import environment, populace, run_in_process
 from populace.core import ModelError, derive_seed, seed_for
 from populace.launch import launch, load_run_file
@@ -316,7 +317,7 @@ def stop(proc: subprocess.Popen[Any]) -> None:
 def test_kill_9_mid_wave_against_serve_llm_then_resume(tmp_path: Path) -> None:
     server_log = tmp_path / "server.txt"
     with server_log.open("w") as stdout:
-        server = subprocess.Popen(
+        server = forkserver.spawn(
             [sys.executable, "-m", "populace.cli", "serve-llm", "--port", "0", "--policy",
              "scripted", "--model", "scripted", "--latency", "0.4"],
             stdout=stdout, stderr=subprocess.STDOUT, env=environment())
@@ -332,7 +333,7 @@ def test_kill_9_mid_wave_against_serve_llm_then_resume(tmp_path: Path) -> None:
                          settings={"structured": True})
         out, log = tmp_path / "out", tmp_path / "run.txt"
         with log.open("w") as stdout:  # 0.8 s a wave and more: two calls of 0.4 s each
-            proc = subprocess.Popen([sys.executable, "-m", "populace.cli", "run", str(path),
+            proc = forkserver.spawn([sys.executable, "-m", "populace.cli", "run", str(path),
                                      "--out", str(out)], stdout=stdout,
                                     stderr=subprocess.STDOUT, env=environment())
         try:

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+import forkserver
 from chromium_page import ARTIFACTS, open_page, require
 from populace.results import read_summary, read_table
 from populace.studio import Runs, StudioServer
@@ -233,7 +234,7 @@ def test_watch_the_opinions_example_through_run_studio(tmp_path: Path, page: Any
     # `populace run … --studio` on the opinions example: its days are steps, with their
     # metrics, the distribution of opinions and the environment's counters.
     opinions = Path(__file__).resolve().parents[2] / "examples" / "opinions" / "opinions.yaml"
-    proc = subprocess.Popen(
+    proc = forkserver.spawn(
         [sys.executable, "-m", "populace.cli", "run", str(opinions), "--agents", "6000",
          "--studio", "--studio-port", "0", "--out", str(tmp_path / "opinions")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

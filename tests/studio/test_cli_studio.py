@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+import forkserver
 import populace.studio
 from populace.results import read_summary
 
@@ -41,7 +42,7 @@ def test_the_run_command_loads_the_web_stack_only_with_studio() -> None:
 def spawn(*args: str | Path, cwd: Path) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR")}
     env.update(NO_COLOR="1", PYTHONUNBUFFERED="1", POPULACE_STUDIO_TOKEN="")
-    return subprocess.Popen([sys.executable, "-m", "populace.cli", *map(str, args)], cwd=cwd,
+    return forkserver.spawn([sys.executable, "-m", "populace.cli", *map(str, args)], cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
