@@ -46,7 +46,7 @@ def run_page(doc: Path, directory: Path) -> int:
                 stderr += done.stderr
                 ran += 1
         elif lang == "python":
-            done = subprocess.run([sys.executable, "-c", body], cwd=directory, env=env,
+            done = forkserver.run([sys.executable, "-c", body], cwd=directory, env=env,
                                   text=True, capture_output=True, timeout=120)
             assert done.returncode == 0, done.stderr
             for m in re.finditer(r"print\(.*\)\s+#\s*(.+?)\s*$", body, re.M):

@@ -1,5 +1,5 @@
-"""``populace`` in a subprocess without paying for its start-up: a fork server (test
-infrastructure; the product never uses it).
+"""``populace`` (or ``python -c``) in a subprocess without paying for its start-up: a fork
+server (test infrastructure; the product never uses it).
 
 The suite starts some 300 ``populace`` processes, and each spent ~0.55 s of CPU importing
 Python, numpy, pyarrow, pydantic and populace before doing its ~0.2 s of work: about a fifth
@@ -131,7 +131,7 @@ class ForkedPopen(subprocess.Popen):  # type: ignore[type-arg]
         try:
             channel.connect(self._server.path)
             argv = [str(a) for a in args]
-            request = {"argv": argv if argv[0] == SCRIPT else ["-m", *argv[3:]],
+            request = {"argv": argv if argv[0] == SCRIPT else argv[1:],  # -m or -c on
                        "cwd": os.fspath(cwd or os.getcwd()),
                        "env": dict(os.environ if env is None else env),
                        "session": bool(start_new_session),
@@ -179,8 +179,8 @@ class ForkedPopen(subprocess.Popen):  # type: ignore[type-arg]
 
 def spawn(args: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
     """``subprocess.Popen(args, **kwargs)``, forked by this worker's server when ``args`` is
-    ``python -m populace.cli ...`` or the ``populace`` script, with an environment it can
-    serve (see the module docstring)."""
+    ``python -m populace.cli ...``, ``python -c CODE ...`` or the ``populace`` script, with
+    an environment it can serve (see the module docstring)."""
     env = kwargs.get("env")
     if env is None:
         env = dict(os.environ)
@@ -190,6 +190,7 @@ def spawn(args: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
                   "executable", "shell"} & {k for k, v in kwargs.items() if v})
     command = [str(a) for a in args]
     if env is not None and plain and (command[:3] == [sys.executable, "-m", MODULE]
+                                      or command[:2] == [sys.executable, "-c"]
                                       or command[:1] == [SCRIPT]):
         server = _the_server(env)
         if server is not None:
@@ -272,8 +273,10 @@ def _serve(path: str) -> dict[str, Any] | None:
 
 
 def _child(request: dict[str, Any]) -> None:
-    """Run the command of ``request`` in this forked child, as ``python -m`` would."""
+    """Run the command of ``request`` in this forked child, as ``python -m``, ``python -c``
+    or the console script would."""
     import runpy
+    import types
 
     if request["session"]:
         os.setsid()
@@ -284,11 +287,19 @@ def _child(request: dict[str, Any]) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     # sys.stdin, stdout, stderr: the server's, on file descriptors 0-2, now the child's
-    sys.argv = request["argv"]
-    if sys.argv[0] == SCRIPT:  # as the console script runs it
+    argv = request["argv"]
+    if argv[0] == SCRIPT:
         from populace.cli import main
 
+        sys.argv = argv
         sys.exit(main())
+    if argv[0] == "-c":  # in a __main__ of its own, as python -c runs it
+        main_module = types.ModuleType("__main__")
+        sys.modules["__main__"] = main_module
+        sys.argv = ["-c", *argv[2:]]
+        exec(compile(argv[1], "<string>", "exec"), main_module.__dict__)
+        sys.exit(0)
+    sys.argv = ["-m", *argv[2:]]  # runpy puts the module's path first, as python -m does
     runpy.run_module(MODULE, run_name="__main__", alter_sys=True)
 
 

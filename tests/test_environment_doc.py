@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+import forkserver
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "environment.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
@@ -39,7 +40,7 @@ def test_the_page_has_examples() -> None:
 @pytest.mark.parametrize("code", BLOCKS, ids=[f"block-{i}" for i in range(len(BLOCKS))])
 def test_example_runs(code: str, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+    done = forkserver.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     missing = missing_in_order(expected_prints(code), done.stdout)

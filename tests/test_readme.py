@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -29,7 +28,7 @@ def test_example_runs(code: str, tmp_path: Path) -> None:
              "--rounds", "2", "--out", "runs/mine"],
             cwd=tmp_path, capture_output=True, text=True, timeout=120)
         assert made.returncode == 0, made.stderr
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+    done = forkserver.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     # "print(x)   # 5000": the comment says what the line prints.

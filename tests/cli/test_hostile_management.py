@@ -211,7 +211,7 @@ for i in range(25):
 
 
 def test_interviews_saved_at_once_by_four_processes_are_all_kept(run: Path) -> None:
-    writers = [subprocess.Popen([sys.executable, "-c", SAVE_MANY, str(run), str(w)],
+    writers = [forkserver.spawn([sys.executable, "-c", SAVE_MANY, str(run), str(w)],
                                 stderr=subprocess.PIPE, text=True) for w in range(4)]
     for p in writers:
         _, err = p.communicate(timeout=120)
