@@ -149,7 +149,7 @@ class ForkedPopen(subprocess.Popen):  # type: ignore[type-arg]
         """The child's raw wait status, once the server reports it."""
         channel = self._channel
         if channel is None:
-            return 0
+            return 255 << 8  # read already: a caller that asks again learns nothing
         channel.setblocking(block)
         try:
             data = channel.recv(64)
@@ -159,7 +159,8 @@ class ForkedPopen(subprocess.Popen):  # type: ignore[type-arg]
             channel.setblocking(True)
         channel.close()
         self._channel = None
-        return int(data) if data else 0  # a server gone: as waitpid's ECHILD, status 0
+        # A server gone cannot say how its child ended: exit status 255, never a success.
+        return int(data) if data else 255 << 8
 
     def _try_wait(self, wait_flags: int) -> tuple[int, int]:
         status = self._status(block=not wait_flags & os.WNOHANG)
@@ -184,7 +185,7 @@ def spawn(args: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
     env = kwargs.get("env")
     if env is None:
         env = dict(os.environ)
-    if os.environ.get(OFF):
+    if os.environ.get(OFF) or not hasattr(os, "pidfd_open"):  # Linux only
         env = None
     plain = not ({"preexec_fn", "pass_fds", "user", "group", "extra_groups", "umask",
                   "executable", "shell"} & {k for k, v in kwargs.items() if v})
