@@ -27,6 +27,7 @@ import atexit
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -75,11 +76,7 @@ class _Server:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        for name in (self.path, self._dir):
-            try:
-                os.rmdir(name) if name == self._dir else os.unlink(name)
-            except OSError:
-                pass
+        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 #: The servers of this test process, by the environment they were started with (a test
@@ -111,7 +108,7 @@ def _the_server(env: dict[str, str]) -> _Server | None:
 
 
 class ForkedPopen(subprocess.Popen):  # type: ignore[type-arg]
-    """``subprocess.Popen`` of ``python -m populace.cli ARGS`` whose child the fork server
+    """``subprocess.Popen`` of a command :func:`spawn` accepts, whose child the fork server
     makes: fork instead of exec, its status read from the server instead of ``waitpid``."""
 
     def __init__(self, server: _Server, *args: Any, **kwargs: Any) -> None:
