@@ -18,8 +18,8 @@ demo: $(STAMP)
 
 # Four pytest workers, whatever the machine: on 2 cores two left them half idle (the suite
 # waits on subprocesses, Ray and browsers; CPU 92% of one core for 937 s with -n 2, 145% for
-# 645 s with -n 4, same tests, same load). A test file (and the shared Ray cluster's tests)
-# runs on one worker, the slowest files first (tests/conftest.py). `pytest` alone: one process.
+# 645 s with -n 4, same tests, same load). A test file runs on one worker, the slowest files
+# first; all workers share one Ray cluster (tests/conftest.py). `pytest` alone: one process.
 # Bytecode caches on, whatever the environment says (some sandboxes set
 # PYTHONDONTWRITEBYTECODE=1): the suite starts ~450 Python processes that import populace
 # (runs, reports, Ray workers), and without cached bytecode each compiles the package again

@@ -21,3 +21,12 @@ def test_the_command_line_starts_without_what_only_some_commands_need() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.split() == []
+
+
+def test_the_survey_scenario_loads_without_scipy() -> None:
+    # scipy.stats (~0.5 CPU-s to import) serves the survey's statistical tests in reports,
+    # not every command that loads the scenario (a run, an estimate, a check)
+    code = "import sys, populace.scenarios.survey; print('scipy' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.split() == ["False"]

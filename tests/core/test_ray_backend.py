@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray")
-from ray.cluster_utils import Cluster  # noqa: E402
 
 from populace.core import (  # noqa: E402
     Agent,
@@ -35,7 +34,7 @@ from populace.scenarios.guess_number import play  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def cluster(ray_cluster: Cluster) -> Cluster:
+def cluster(ray_cluster: str) -> str:
     """The two-node cluster of tests/conftest.py."""
     return ray_cluster
 
@@ -73,7 +72,7 @@ def game(backend: str, tmp: Any, **extra: Any) -> RunFile:
     }, Path("run.yaml"))
 
 
-async def test_game_identical_on_local_and_ray(cluster: Cluster, tmp_path: Any) -> None:
+async def test_game_identical_on_local_and_ray(cluster: str, tmp_path: Any) -> None:
     local = RunDirectory.create(tmp_path / "local")
     remote = RunDirectory.create(tmp_path / "ray")
     await play(game("local", tmp_path), local)
@@ -85,7 +84,7 @@ async def test_game_identical_on_local_and_ray(cluster: Cluster, tmp_path: Any) 
         assert a.column(col).to_pylist() == b.column(col).to_pylist(), col
 
 
-async def test_workers_spread_over_both_nodes(cluster: Cluster) -> None:
+async def test_workers_spread_over_both_nodes(cluster: str) -> None:
     async with Simulation(workers=2, backend="ray") as sim:
         assert isinstance(sim.backend, RayBackend)
         nodes = {info["node"] for info in sim.backend.worker_info()}
@@ -98,7 +97,7 @@ async def test_workers_spread_over_both_nodes(cluster: Cluster) -> None:
 
 
 async def test_agents_created_in_several_batches_share_one_resource_per_worker(
-        cluster: Cluster, monkeypatch: Any) -> None:
+        cluster: str, monkeypatch: Any) -> None:
     """Each batch of a creation ships its own copy of the PerWorker spec to a remote
     worker; they still build one object per worker (one model client, one pool)."""
     monkeypatch.setattr(_runtime, "CREATE_CHUNK", 7)
@@ -108,7 +107,7 @@ async def test_agents_created_in_several_batches_share_one_resource_per_worker(
     assert len(set(held)) == 2 and len({pid for pid, _ in held}) == 2
 
 
-async def test_placeholder_crosses_workers_and_errors_keep_type(cluster: Cluster) -> None:
+async def test_placeholder_crosses_workers_and_errors_keep_type(cluster: str) -> None:
     async with Simulation(workers=2, backend="ray") as sim:
         group = await sim.create(Sleeper, 4, init={"timers": PerWorker(_timers)})
         first, last = group[0], group[3]
@@ -136,7 +135,7 @@ async def test_placeholder_crosses_workers_and_errors_keep_type(cluster: Cluster
 
 
 async def test_an_argument_that_cannot_cross_to_a_worker_fails_its_call(
-        cluster: Cluster) -> None:
+        cluster: str) -> None:
     import threading
 
     async with Simulation(workers=2, backend="ray") as sim:
@@ -148,7 +147,7 @@ async def test_an_argument_that_cannot_cross_to_a_worker_fails_its_call(
         assert (await asyncio.wait_for(good, 30)).content == ("got", "fine")
 
 
-async def test_killed_worker_raises_worker_lost(cluster: Cluster) -> None:
+async def test_killed_worker_raises_worker_lost(cluster: str) -> None:
     async with Simulation(workers=2, backend="ray") as sim:
         group = await sim.create(Sleeper, 100, init={"timers": PerWorker(_timers)})
         pending = group.broadcast(Msg("m", "x", metadata={"delay": 3.0}))
@@ -190,7 +189,7 @@ class Sender(Agent):
 
 
 async def test_a_poll_failing_unexpectedly_fails_the_workers_calls_naming_it(
-        cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
+        cluster: str, caplog: pytest.LogCaptureFixture) -> None:
     # Only a dead actor (RayActorError) used to end polling visibly; any other error killed
     # the poller silently and the worker's calls waited forever.
     async with Simulation(workers=2, backend="ray") as sim:
@@ -236,7 +235,7 @@ async def test_the_poller_reports_any_end_but_cancellation_as_the_workers_loss()
     assert isinstance(gone.error.__cause__, ValueError)
 
 
-async def test_stop_removes_every_actor(cluster: Cluster) -> None:
+async def test_stop_removes_every_actor(cluster: str) -> None:
     sim = Simulation(workers=2, backend="ray")
     await sim.start()
     group_name = sim.backend._group  # type: ignore[attr-defined]
@@ -248,7 +247,7 @@ async def test_stop_removes_every_actor(cluster: Cluster) -> None:
     assert alive == []
 
 
-def test_numpy_ids_round_trip(cluster: Cluster) -> None:
+def test_numpy_ids_round_trip(cluster: str) -> None:
     # Selections produce numpy index arrays; they must travel to actors as plain data.
     async def main() -> list[Any]:
         async with Simulation(workers=2, backend="ray") as sim:
@@ -259,7 +258,7 @@ def test_numpy_ids_round_trip(cluster: Cluster) -> None:
     assert asyncio.run(main()) == [5, 0, 3]
 
 
-async def test_colocated_groups_share_a_worker_process(cluster: Cluster) -> None:
+async def test_colocated_groups_share_a_worker_process(cluster: str) -> None:
     labels = np.arange(40) % 4
     async with Simulation(workers=2, backend="ray") as sim:
         group = await sim.create(Sleeper, 40, colocate=labels,
@@ -292,7 +291,7 @@ class Tally:
         raise KeyError("no such thing")
 
 
-async def test_a_placed_service_is_an_actor_called_by_name(cluster: Cluster) -> None:
+async def test_a_placed_service_is_an_actor_called_by_name(cluster: str) -> None:
     async with Simulation(workers=2, backend="ray") as sim:
         handle = await sim.backend.place(Tally, 5)
         assert set(handle.info) == set(sim.backend.worker_info()[0]) == {"pid", "node"}

@@ -187,14 +187,14 @@ def test_a_scenario_run_can_be_watched_in_the_studio(
     assert read_summary(out)["status"] == "completed"
 
 
-def test_opinions_gives_the_same_tables_on_local_and_ray(tmp_path: Path) -> None:
-    pytest.importorskip("ray")
+def test_opinions_gives_the_same_tables_on_local_and_ray(tmp_path: Path,
+                                                         ray_address: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     tables = {}
-    for backend in ("local", "ray"):
+    for backend, join in (("local", []), ("ray", ["--address", ray_address])):
         out = tmp_path / backend
         done = forkserver.run([sys.executable, "-m", "populace.cli", "run", str(OPINIONS),
-                               "--agents", "400", "--rounds", "2", "--backend", backend,
+                               "--agents", "400", "--rounds", "2", "--backend", backend, *join,
                                "--out", str(out)], capture_output=True, text=True, env=env,
                               timeout=300)
         assert done.returncode == 0, done.stderr
@@ -229,8 +229,8 @@ def test_sys_exit_in_a_scenario_is_a_failure_not_an_end(
     assert read_summary(out)["status"] == "failed"
 
 
-def test_a_scenario_file_imports_its_neighbours_on_every_backend(tmp_path: Path) -> None:
-    pytest.importorskip("ray")
+def test_a_scenario_file_imports_its_neighbours_on_every_backend(tmp_path: Path,
+                                                                ray_address: str) -> None:
     (tmp_path / "people.py").write_text(
         "from populace.core import Agent\n\n\nclass Counter(Agent):\n"
         "    async def count(self, t):\n        return self.id * t\n")
@@ -243,10 +243,11 @@ def test_a_scenario_file_imports_its_neighbours_on_every_backend(tmp_path: Path)
     path = tmp_path / "count.yaml"
     path.write_text("scenario: count.py:Count\nagents: 10\nsteps: 2\nworkers: 2\n")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    for backend in ("local", "ray"):
+    # on Ray, a cluster joined (not started by the run): its workers see none of our files
+    for backend, join in (("local", []), ("ray", ["--address", ray_address])):
         out = tmp_path / backend
         done = forkserver.run([sys.executable, "-m", "populace.cli", "run", str(path),
-                               "--backend", backend, "--out", str(out)], cwd="/",
+                               "--backend", backend, *join, "--out", str(out)], cwd="/",
                               capture_output=True, text=True, env=env, timeout=300)
         assert done.returncode == 0, done.stderr
         assert [e["total"] for e in read_summary(out)["steps"]] == [45, 90]

@@ -129,11 +129,11 @@ def test_kill_9_then_resume_equals_an_undisturbed_run(
     assert read_table(out, "votes").equals(read_table(park_run / "park", "votes"))
 
 
-def test_ray_equals_local(tmp_path: Path, populace: Callable[..., Any], park_run: Path) -> None:
-    pytest.importorskip("ray")
+def test_ray_equals_local(tmp_path: Path, populace: Callable[..., Any], park_run: Path,
+                         ray_address: str) -> None:
     out = tmp_path / "on-ray"
-    ok(populace, "run", park(tmp_path), "--backend", "ray", "--workers", "2", "--out", out,
-       timeout=300)
+    ok(populace, "run", park(tmp_path), "--backend", "ray", "--address", ray_address,
+       "--workers", "2", "--out", out, timeout=300)
     assert read_table(out, "votes").equals(read_table(park_run / "park", "votes"))
 
 

@@ -99,10 +99,9 @@ def test_20000_agents_give_the_same_tables_on_one_and_two_local_workers(
 
 
 def test_20000_agents_give_the_same_tables_on_ray_with_two_workers(
-        small: Path, tmp_path: Path) -> None:
-    pytest.importorskip("ray")
+        small: Path, tmp_path: Path, ray_address: str) -> None:
     summary = run_ok(SMALL, tmp_path / "ray", "--steps", "4", "--workers", "2",
-                     "--backend", "ray", timeout=180)
+                     "--backend", "ray", "--address", ray_address, timeout=180)
     assert (summary["backend"], summary["workers"]) == ("ray", 2)
     assert_same_tables(small, tmp_path / "ray")
     assert summary["steps"] == [{**e, "wall_s": s["wall_s"]} for e, s in zip(

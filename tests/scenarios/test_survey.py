@@ -430,11 +430,11 @@ def test_the_same_seed_gives_the_same_answers(survey: Path, tmp_path: Path) -> N
         read_table(tmp_path / "again", "profiles").column("arm"))
 
 
-def test_local_and_ray_give_the_same_answers(tmp_path: Path) -> None:
-    pytest.importorskip("ray")
+def test_local_and_ray_give_the_same_answers(tmp_path: Path, ray_address: str) -> None:
     path = write(tmp_path, agents=200)
     local = run_ok(path, tmp_path / "local")
-    on_ray = run_ok(path, tmp_path / "ray", "--backend", "ray", "--workers", "2")
+    on_ray = run_ok(path, tmp_path / "ray", "--backend", "ray", "--address", ray_address,
+                    "--workers", "2")
     assert read_summary(tmp_path / "ray")["backend"] == "ray"
     assert on_ray.equals(local)
     assert read_table(tmp_path / "ray", "profiles").equals(read_table(tmp_path / "local",

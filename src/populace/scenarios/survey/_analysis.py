@@ -29,7 +29,6 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from scipy import stats
 
 from populace.core import ConfigError
 
@@ -38,6 +37,14 @@ from .._cells import num, pct, report
 SEPARATOR = "; "  # between the labels of a multi_choice answer
 CHOICE = ("likert", "single_choice", "open")  # one option (or coding category) per answer
 _MAX_VALUES = 12  # profile columns with more distinct values get no cross-tab
+
+
+def _stats() -> Any:
+    """``scipy.stats``, imported on first use (a t or chi-squared test): its import costs
+    ~0.5 s of CPU, which every command that merely loads the survey scenario used to pay."""
+    from scipy import stats
+
+    return stats
 
 
 class QuestionInfo(Protocol):
@@ -294,7 +301,7 @@ def numeric_summary(answers: pa.Table, questions: Iterable[QuestionInfo]) -> pa.
     ss = np.add.reduceat((x - np.repeat(mean, n)) ** 2, start)
     with np.errstate(divide="ignore", invalid="ignore"):
         sd = np.where(n > 1, np.sqrt(ss / (n - 1)), np.nan)
-        half = stats.t.ppf(0.975, np.maximum(n - 1, 1)) * sd / np.sqrt(n)
+        half = _stats().t.ppf(0.975, np.maximum(n - 1, 1)) * sd / np.sqrt(n)
     mid = start + n // 2
     median = np.where(n % 2 == 1, x[mid], (x[mid - 1] + x[mid]) / 2)
     ids = [question.id for question in f.questions]
@@ -318,8 +325,8 @@ def welch(m1: np.ndarray, v1: np.ndarray, n1: np.ndarray, m0: np.ndarray, v0: np
         df = (a + b) ** 2 / (a**2 / (n1 - 1) + b**2 / (n0 - 1))
         ok = (n1 > 1) & (n0 > 1) & (se > 0)
         df = np.where(ok, df, 1.0)
-        half = np.where(ok, stats.t.ppf(0.5 + level / 2, df) * se, np.nan)
-        p = np.where(ok, 2 * stats.t.sf(np.abs((m1 - m0) / np.where(ok, se, 1.0)), df), np.nan)
+        half = np.where(ok, _stats().t.ppf(0.5 + level / 2, df) * se, np.nan)
+        p = np.where(ok, 2 * _stats().t.sf(np.abs((m1 - m0) / np.where(ok, se, 1.0)), df), np.nan)
     est = m1 - m0
     return est, est - half, est + half, p
 
@@ -426,7 +433,7 @@ def position_bias(answers: pa.Table, questions: Iterable[QuestionInfo]) -> pa.Ta
         e = expected[:top] * total
         chi2 = float(((chosen[qi, :top] - e) ** 2 / e).sum())
         df = top - 1
-        p = float(stats.chi2.sf(chi2, df)) if df else math.nan
+        p = float(_stats().chi2.sf(chi2, df)) if df else math.nan
         for j in range(top):
             for c, v in zip(out, (x.id, j + 1, int(chosen[qi, j]), chosen[qi, j] / total,
                                   float(expected[j]), chi2, df, p), strict=True):
@@ -651,7 +658,7 @@ def compare_reference(answers: pa.Table, profiles: pa.Table,
                 if m and df:
                     e = m * q[inside]
                     chi2 = float(((obs[inside] - e) ** 2 / e).sum())
-                    p = float(stats.chi2.sf(chi2, df))
+                    p = float(_stats().chi2.sf(chi2, df))
                 else:
                     chi2 = p = math.nan
                 for col, v in zip(out, (wave, f.questions[qi].id, aspect, value, int(n), tvd,
