@@ -18,7 +18,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 T = TypeVar("T")
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "studio"
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "studio"
 
 
 def require() -> Any:

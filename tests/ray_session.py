@@ -69,16 +69,16 @@ def stop(owner_pid: int, timeout: float = 60) -> None:
     directory = session_dir(owner_pid)
     try:
         pid = int((directory / "keeper.pid").read_text())
-    except (FileNotFoundError, ValueError):
-        shutil.rmtree(directory, ignore_errors=True)
-        return
-    try:
         os.kill(pid, signal.SIGTERM)
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        pass
+    else:
+        mine = [k for k in _keepers if k.pid == pid]  # without xdist, the keeper is our child
+        if mine:
+            mine[0].wait(timeout)
         deadline = time.monotonic() + timeout
         while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-    except ProcessLookupError:
-        pass
     shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -87,8 +87,7 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    # A zombie (the keeper is the owner's child only without xdist) is gone for us.
-    try:
+    try:  # a zombie (exited, its parent not told yet) is gone for us
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
