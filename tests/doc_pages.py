@@ -26,11 +26,16 @@ BLOCK = re.compile(r"(?:<!-- file: (?P<file>\S+) -->\n)?```(?P<lang>\w+)\n(?P<bo
                    re.S)
 
 
-def run_page(doc: Path, directory: Path) -> int:
-    """Run every block of ``doc`` in ``directory``; how many commands and programs ran."""
+def run_page(doc: Path, directory: Path, *, ray_address: str | None = None) -> int:
+    """Run every block of ``doc`` in ``directory``; how many commands and programs ran.
+
+    With ``ray_address``, the page's Ray runs join that cluster (``RAY_ADDRESS``, as a user
+    who set it) instead of each starting one of its own."""
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR")}
     env.update(NO_COLOR="1", PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}")
     env.pop("RAY_ADDRESS", None)
+    if ray_address is not None:
+        env["RAY_ADDRESS"] = ray_address
     stderr = ""
     ran = 0
     for block in BLOCK.finditer(doc.read_text()):
