@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
@@ -194,6 +194,9 @@ def _cheap(config: RunFile) -> bool:
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.filter_too_much])
 @given(text=run_files)
+# found by this test: the dummy's default range (0-100) outside the game's (0-1)
+@example(text="scenario: guess_number\nagents: 1\nrounds: 1\nmodels:\n  dummy:\n"
+              "    provider: dummy\n    latency: 0.0\ngame:\n  high: 1\n")
 def test_any_run_file_gives_one_line_or_a_run(
     text: str, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -227,8 +230,20 @@ def test_any_run_file_gives_one_line_or_a_run(
         assert not out.exists()  # nothing is created before the config is valid
     else:
         assert code == 0, captured.err
-        assert captured.err == ""
+        if _answers_in_range(config):
+            assert captured.err == ""
+        else:  # a dummy told to answer outside the game's range: said, never an error
+            assert all(line.startswith("warning: ") for line in captured.err.splitlines())
         assert read_table(out).num_rows == config.options.agents * config.options.steps
+
+
+def _answers_in_range(config: RunFile) -> bool:
+    """Whether every dummy model answers within the game's range (``models.NAME.low/high``
+    and ``game.low/high`` are separate settings: a game from 0 to 1 with the dummy's default
+    0 to 100 gets unusable answers, and says so in warnings)."""
+    game = config.settings.game  # type: ignore[attr-defined]
+    return all(game.low <= m.low and m.high <= game.high  # type: ignore[union-attr]
+               for m in config.options.models.values() if m.provider == "dummy")
 
 
 @pytest.mark.parametrize(
