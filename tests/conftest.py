@@ -66,7 +66,7 @@ def _session_owner(config: pytest.Config) -> int:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if not hasattr(config, "workerinput"):  # the session's owner: its shared cluster ends
+    if _session_owner(config) == os.getpid():  # the owner's end is its shared cluster's
         import ray_session
 
         ray_session.stop(os.getpid())

@@ -37,7 +37,8 @@ QUIET = {"memory_monitor_refresh_ms": 0, "enable_metrics_collection": False,
          "event_stats": False, "raylet_report_resources_period_milliseconds": 1000,
          "kill_idle_workers_interval_ms": 1000, "raylet_check_gc_period_milliseconds": 1000,
          "gcs_pull_resource_loads_period_milliseconds": 5000, "health_check_period_ms": 10_000}
-#: The keeper this process started: it outlives the worker, which never waits for it.
+#: The keeper this process started (a worker's outlives the worker; pytest without xdist,
+#: the keeper's owner and parent, waits for its own in :func:`stop`).
 _keepers: list[subprocess.Popen[bytes]] = []
 
 
@@ -83,9 +84,10 @@ def stop(owner_pid: int, timeout: float = 60) -> None:
         mine = [k for k in _keepers if k.pid == pid]  # without xdist, the keeper is our child
         if mine:
             mine[0].wait(timeout)
-        deadline = time.monotonic() + timeout
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        else:
+            deadline = time.monotonic() + timeout
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
     shutil.rmtree(directory, ignore_errors=True)
 
 
